@@ -1,0 +1,2 @@
+//! Benchmarks of sluice against baselines run side by side (see BENCHMARKS.md).
+fn main() {}

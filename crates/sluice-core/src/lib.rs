@@ -1,0 +1,29 @@
+//! The shared vocabulary of sluice.
+//!
+//! Everything in this crate is plain data: identifiers, the elements that travel between tasks
+//! ([`StreamElement`]), event time ([`Watermark`]), the [`Data`] bound every record type meets,
+//! and the error type user code returns ([`UserError`]). It has no runtime and no I/O, so every
+//! other crate of the workspace can depend on it.
+//!
+//! ```
+//! use sluice_core::{StreamElement, Watermark};
+//!
+//! let batch: StreamElement<u64> = StreamElement::Records(vec![1, 2, 3]);
+//! assert!(matches!(batch, StreamElement::Records(ref r) if r.len() == 3));
+//! assert!(Watermark::MIN < Watermark::new(0));
+//! assert!(Watermark::new(0) < Watermark::MAX);
+//! ```
+
+mod data;
+mod element;
+mod error;
+mod event;
+mod ids;
+mod watermark;
+
+pub use data::Data;
+pub use element::{CheckpointBarrier, StreamElement};
+pub use error::{UserError, panic_message};
+pub use event::OperatorEvent;
+pub use ids::{AttemptNumber, CheckpointId, NodeId, SubtaskIndex};
+pub use watermark::{Watermark, WatermarkStatus};

@@ -1,0 +1,87 @@
+//! [`KeyedStream`]: a stream partitioned by key.
+
+use crate::api::stream::DataStream;
+use crate::operator::Operator;
+use sluice_core::Data;
+use std::marker::PhantomData;
+
+/// A stream whose records reach the next operator partitioned by key: every record with the same
+/// key goes to the same subtask.
+///
+/// ```
+/// use sluice_runtime::prelude::*;
+/// let env = StreamEnvironment::new();
+/// env.set_parallelism(3);
+/// let out = env
+///     .from_iter(0u64..1000)
+///     .key_by(|x| x % 7)
+///     .map(|x| x % 7)
+///     .collect();
+/// env.execute_blocking("keys").unwrap();
+/// assert_eq!(out.len(), 1000);
+/// ```
+pub struct KeyedStream<T, K, F> {
+    stream: DataStream<T>,
+    key_fn: F,
+    _k: PhantomData<fn() -> K>,
+}
+
+impl<T: Data, K, F: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, K, F> {
+    pub(crate) fn new(stream: DataStream<T>, key_fn: F) -> Self {
+        KeyedStream {
+            stream,
+            key_fn,
+            _k: PhantomData,
+        }
+    }
+
+    /// The function that extracts the key.
+    pub fn key_fn(&self) -> &F {
+        &self.key_fn
+    }
+
+    /// The key of `record`.
+    pub fn key_of(&self, record: &T) -> K {
+        (self.key_fn)(record)
+    }
+
+    /// Adds a user [`Operator`] that receives the records partitioned by key.
+    pub fn process<Op: Operator<T> + Clone>(&self, op: Op) -> DataStream<Op::Out> {
+        self.stream.process(op)
+    }
+
+    /// Adds a user [`Operator`] under `name`.
+    pub fn transform<Op: Operator<T> + Clone>(&self, name: &str, op: Op) -> DataStream<Op::Out> {
+        self.stream.transform(name, op)
+    }
+
+    /// A `map` after the keyed exchange.
+    pub fn map<U: Data, G: FnMut(T) -> U + Clone + Send + 'static>(&self, f: G) -> DataStream<U> {
+        self.stream.map(f)
+    }
+
+    /// A `filter` after the keyed exchange.
+    pub fn filter<G: FnMut(&T) -> bool + Clone + Send + 'static>(&self, f: G) -> DataStream<T> {
+        self.stream.filter(f)
+    }
+
+    /// A `flat_map` after the keyed exchange.
+    pub fn flat_map<
+        U: Data,
+        I: IntoIterator<Item = U>,
+        G: FnMut(T) -> I + Clone + Send + 'static,
+    >(
+        &self,
+        f: G,
+    ) -> DataStream<U> {
+        self.stream.flat_map(f)
+    }
+
+    /// Ends the keyed stream in a sink.
+    pub fn sink_to<S: crate::Sink<T> + Clone>(
+        &self,
+        sink: S,
+    ) -> crate::api::stream::DataStreamSink {
+        self.stream.sink_to(sink)
+    }
+}

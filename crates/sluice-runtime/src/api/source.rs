@@ -1,0 +1,171 @@
+//! The built-in sources: a collection split across subtasks, and a generator.
+
+use crate::operator::OperatorContext;
+use crate::task::input::SourceReader;
+use sluice_core::{Data, UserError};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::{Instant, Sleep};
+
+/// Reads one contiguous share of a collection.
+pub(crate) struct IterReader<T> {
+    data: Arc<Vec<T>>,
+    pos: usize,
+    end: usize,
+}
+
+impl<T: Data + Sync> IterReader<T> {
+    /// Subtask `s` of `p` reads elements `[s*n/p, (s+1)*n/p)`.
+    pub(crate) fn new(data: Arc<Vec<T>>, ctx: &OperatorContext) -> Self {
+        let n = data.len();
+        let (s, p) = (ctx.subtask_index(), ctx.parallelism());
+        IterReader {
+            data,
+            pos: s * n / p,
+            end: (s + 1) * n / p,
+        }
+    }
+}
+
+impl<T: Data + Sync> SourceReader<T> for IterReader<T> {
+    fn poll_next_batch(
+        &mut self,
+        _cx: &mut Context<'_>,
+        max: usize,
+    ) -> Poll<Result<Option<Vec<T>>, UserError>> {
+        if self.pos >= self.end {
+            return Poll::Ready(Ok(None));
+        }
+        let to = (self.pos + max).min(self.end);
+        let batch = self.data[self.pos..to].to_vec();
+        self.pos = to;
+        Poll::Ready(Ok(Some(batch)))
+    }
+}
+
+/// A source that makes record `i` with a closure of `i`, for `i = 0, 1, 2, ...`.
+///
+/// Subtask `s` of `p` generates the indices `s, s + p, s + 2p, ...`, so the job as a whole
+/// generates every index exactly once. Bounded with [`take`](Generator::take), unbounded by
+/// default; [`rate_limit`](Generator::rate_limit) caps the records per second of the whole source.
+///
+/// ```
+/// use sluice_runtime::prelude::*;
+/// let env = StreamEnvironment::new();
+/// let out = env.from_generator(Generator::new(|i| i * 10).take(5)).collect();
+/// env.execute_blocking("gen").unwrap();
+/// let mut v = out.take();
+/// v.sort();
+/// assert_eq!(v, vec![0, 10, 20, 30, 40]);
+/// ```
+#[derive(Clone)]
+pub struct Generator<F> {
+    pub(crate) f: F,
+    pub(crate) count: Option<u64>,
+    pub(crate) rate: Option<f64>,
+}
+
+impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> Generator<F> {
+    /// An unbounded generator of `f(0), f(1), ...`.
+    pub fn new(f: F) -> Self {
+        Generator {
+            f,
+            count: None,
+            rate: None,
+        }
+    }
+
+    /// Stops after `n` records in total.
+    pub fn take(mut self, n: u64) -> Self {
+        self.count = Some(n);
+        self
+    }
+
+    /// At most `records_per_second` records per second over all subtasks.
+    pub fn rate_limit(mut self, records_per_second: f64) -> Self {
+        self.rate = Some(records_per_second);
+        self
+    }
+
+    /// The configured total, if bounded.
+    pub fn count(&self) -> Option<u64> {
+        self.count
+    }
+}
+
+/// One subtask's share of a [`Generator`].
+pub(crate) struct GeneratorReader<F> {
+    f: F,
+    next: u64,
+    stride: u64,
+    end: Option<u64>,
+    rate: Option<RateLimit>,
+}
+
+struct RateLimit {
+    per_second: f64,
+    start: Instant,
+    produced: u64,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> GeneratorReader<F> {
+    pub(crate) fn new(g: &Generator<F>, ctx: &OperatorContext) -> Self {
+        let p = ctx.parallelism() as u64;
+        let s = ctx.subtask_index() as u64;
+        let now = Instant::now();
+        GeneratorReader {
+            f: g.f.clone(),
+            next: s,
+            stride: p,
+            end: g.count,
+            rate: g.rate.map(|r| RateLimit {
+                per_second: (r / p as f64).max(f64::MIN_POSITIVE),
+                start: now,
+                produced: 0,
+                sleep: Box::pin(tokio::time::sleep_until(now)),
+            }),
+        }
+    }
+}
+
+impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> SourceReader<T>
+    for GeneratorReader<F>
+{
+    fn poll_next_batch(
+        &mut self,
+        cx: &mut Context<'_>,
+        max: usize,
+    ) -> Poll<Result<Option<Vec<T>>, UserError>> {
+        let mut n = max as u64;
+        if let Some(end) = self.end {
+            if self.next >= end {
+                return Poll::Ready(Ok(None));
+            }
+            n = n.min((end - self.next).div_ceil(self.stride));
+        }
+        if let Some(rl) = &mut self.rate {
+            let elapsed = rl.start.elapsed().as_secs_f64();
+            let allowed = (elapsed * rl.per_second) as u64;
+            if allowed <= rl.produced {
+                let wait = (rl.produced + 1) as f64 / rl.per_second;
+                rl.sleep
+                    .as_mut()
+                    .reset(rl.start + Duration::from_secs_f64(wait));
+                if rl.sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+            }
+            n = n.min((allowed.saturating_sub(rl.produced)).max(1));
+            rl.produced += n;
+        }
+        let (start, stride) = (self.next, self.stride);
+        let f = &self.f;
+        let batch: Vec<T> = (0..n).map(|k| f(start + k * stride)).collect();
+        self.next = start + n * stride;
+        Poll::Ready(Ok(Some(batch)))
+    }
+}

@@ -1,0 +1,274 @@
+//! [`DataStream`]: a typed stream and the transformations on it.
+
+use crate::api::environment::StreamEnvironment;
+use crate::api::keyed::KeyedStream;
+use crate::api::sink::{CollectHandle, CollectSink, DiscardSink, PrintSink, Sink};
+use crate::exchange::partitioner::Partitioner;
+use crate::graph::NodeKind;
+use crate::graph::Partitioning;
+use crate::graph::erased::{
+    BuiltinWriter, CustomWriter, HashWriter, TypedOperator, TypedOutput, WriterFactory,
+};
+use crate::operator::{FilterOp, FlatMapOp, IdentityOp, MapOp, Operator, SinkOp};
+use crate::watermark::WatermarkStrategy;
+use sluice_core::{Data, NodeId};
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+
+/// A stream of records of type `T`: the output of one operator, plus how its records will be
+/// partitioned to the next one.
+///
+/// Transformations add an operator and return its output stream. Partitioning methods
+/// (`rebalance`, `broadcast`, `forward`, `partition_custom`, `key_by`) choose how records reach the
+/// next operator. `name` and `parallelism` apply to the operator that produces this stream.
+pub struct DataStream<T> {
+    env: StreamEnvironment,
+    node: NodeId,
+    partitioning: Partitioning,
+    writer: Arc<dyn WriterFactory>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for DataStream<T> {
+    fn clone(&self) -> Self {
+        DataStream {
+            env: self.env.clone(),
+            node: self.node,
+            partitioning: self.partitioning,
+            writer: self.writer.clone(),
+            _t: PhantomData,
+        }
+    }
+}
+
+/// The end of a stream: a sink, which can still be named and given a parallelism.
+pub struct DataStreamSink {
+    env: StreamEnvironment,
+    node: NodeId,
+}
+
+impl DataStreamSink {
+    /// Names the sink (used in metrics and errors).
+    pub fn name(self, name: &str) -> Self {
+        let id = self.node;
+        self.env
+            .with_graph(|g| g.nodes[id.0].name = name.to_string());
+        self
+    }
+
+    /// Sets the sink's parallelism.
+    pub fn parallelism(self, parallelism: usize) -> Self {
+        let id = self.node;
+        self.env
+            .with_graph(|g| g.nodes[id.0].parallelism = Some(parallelism));
+        self
+    }
+}
+
+impl<T: Data> DataStream<T> {
+    pub(crate) fn new(env: StreamEnvironment, node: NodeId) -> Self {
+        DataStream {
+            env,
+            node,
+            partitioning: Partitioning::Default,
+            writer: Arc::new(BuiltinWriter::<T>::new(Partitioning::Default)),
+            _t: PhantomData,
+        }
+    }
+
+    /// The operator producing this stream.
+    pub fn node_id(&self) -> NodeId {
+        self.node
+    }
+
+    /// The environment this stream belongs to.
+    pub fn environment(&self) -> &StreamEnvironment {
+        &self.env
+    }
+
+    /// Names the operator that produces this stream (used in metrics and error messages).
+    pub fn name(self, name: &str) -> Self {
+        let id = self.node;
+        self.env
+            .with_graph(|g| g.nodes[id.0].name = name.to_string());
+        self
+    }
+
+    /// Sets the parallelism of the operator that produces this stream.
+    pub fn parallelism(self, parallelism: usize) -> Self {
+        let id = self.node;
+        self.env
+            .with_graph(|g| g.nodes[id.0].parallelism = Some(parallelism));
+        self
+    }
+
+    fn with_partitioning(mut self, p: Partitioning, writer: Arc<dyn WriterFactory>) -> Self {
+        self.partitioning = p;
+        self.writer = writer;
+        self
+    }
+
+    /// Adds `op` (cloned per subtask) after this stream under `name`.
+    pub fn transform<Op>(&self, name: &str, op: Op) -> DataStream<Op::Out>
+    where
+        Op: Operator<T> + Clone,
+    {
+        self.add_operator(name, op, false)
+    }
+
+    fn add_operator<Op>(&self, name: &str, op: Op, is_sink: bool) -> DataStream<Op::Out>
+    where
+        Op: Operator<T> + Clone,
+    {
+        let factory = Arc::new(TypedOperator::<T, Op>::new(op));
+        let (from, partitioning, writer) = (self.node, self.partitioning, self.writer.clone());
+        let id = self.env.with_graph(|g| {
+            let id = g.add_node(
+                name.to_string(),
+                NodeKind::Operator(factory),
+                Arc::new(TypedOutput::<Op::Out>(PhantomData)),
+                is_sink,
+            );
+            g.add_edge(from, id, partitioning, writer);
+            id
+        });
+        DataStream::new(self.env.clone(), id)
+    }
+
+    /// Adds a user [`Operator`] (cloned per subtask), named "Process".
+    pub fn process<Op>(&self, op: Op) -> DataStream<Op::Out>
+    where
+        Op: Operator<T> + Clone,
+    {
+        self.transform("Process", op)
+    }
+
+    /// One output record per input record.
+    pub fn map<U: Data, F>(&self, f: F) -> DataStream<U>
+    where
+        F: FnMut(T) -> U + Clone + Send + 'static,
+    {
+        self.transform("Map", MapOp(f))
+    }
+
+    /// Keeps the records for which `f` is true.
+    pub fn filter<F>(&self, f: F) -> DataStream<T>
+    where
+        F: FnMut(&T) -> bool + Clone + Send + 'static,
+    {
+        self.transform("Filter", FilterOp(f))
+    }
+
+    /// Any number of output records per input record.
+    pub fn flat_map<U: Data, I, F>(&self, f: F) -> DataStream<U>
+    where
+        I: IntoIterator<Item = U>,
+        F: FnMut(T) -> I + Clone + Send + 'static,
+    {
+        self.transform("Flat Map", FlatMapOp(f, PhantomData))
+    }
+
+    /// Partitions by key: all records with the same key reach the same subtask of the next
+    /// operator, in every run (keys are hashed into key groups; see
+    /// [`key_group`](crate::exchange::partitioner::key_group)).
+    pub fn key_by<K, F>(&self, key_fn: F) -> KeyedStream<T, K, F>
+    where
+        K: Hash + 'static,
+        F: Fn(&T) -> K + Clone + Send + 'static,
+    {
+        let writer = Arc::new(HashWriter::<T, K, F>::new(key_fn.clone()));
+        KeyedStream::new(
+            self.clone().with_partitioning(Partitioning::Hash, writer),
+            key_fn,
+        )
+    }
+
+    /// Round robin to all subtasks of the next operator.
+    pub fn rebalance(&self) -> DataStream<T> {
+        self.clone().with_partitioning(
+            Partitioning::Rebalance,
+            Arc::new(BuiltinWriter::<T>::new(Partitioning::Rebalance)),
+        )
+    }
+
+    /// Every record to every subtask of the next operator.
+    pub fn broadcast(&self) -> DataStream<T> {
+        self.clone().with_partitioning(
+            Partitioning::Broadcast,
+            Arc::new(BuiltinWriter::<T>::new(Partitioning::Broadcast)),
+        )
+    }
+
+    /// Subtask i to subtask i of the next operator (which must have the same parallelism).
+    pub fn forward(&self) -> DataStream<T> {
+        self.clone().with_partitioning(
+            Partitioning::Forward,
+            Arc::new(BuiltinWriter::<T>::new(Partitioning::Forward)),
+        )
+    }
+
+    /// Routes records with a user [`Partitioner`] (cloned per producing subtask).
+    pub fn partition_custom<P: Partitioner<T> + Clone>(&self, partitioner: P) -> DataStream<T> {
+        self.clone().with_partitioning(
+            Partitioning::Custom,
+            Arc::new(CustomWriter::<T, P>::new(partitioner)),
+        )
+    }
+
+    /// Merges this stream with `others` into one stream, named "Union".
+    pub fn union(&self, others: impl IntoIterator<Item = DataStream<T>>) -> DataStream<T> {
+        let streams: Vec<DataStream<T>> = std::iter::once(self.clone()).chain(others).collect();
+        let factory = Arc::new(TypedOperator::<T, IdentityOp<T>>::new(IdentityOp(
+            PhantomData,
+        )));
+        let id = self.env.with_graph(|g| {
+            let id = g.add_node(
+                "Union".to_string(),
+                NodeKind::Operator(factory),
+                Arc::new(TypedOutput::<T>(PhantomData)),
+                false,
+            );
+            for s in &streams {
+                g.add_edge(s.node, id, s.partitioning, s.writer.clone());
+            }
+            id
+        });
+        DataStream::new(self.env.clone(), id)
+    }
+
+    /// Generates watermarks for this stream with `strategy`.
+    pub fn assign_timestamps_and_watermarks(
+        &self,
+        strategy: WatermarkStrategy<T>,
+    ) -> DataStream<T> {
+        self.transform("Timestamps/Watermarks", strategy.assigner())
+    }
+
+    /// Ends the stream in `sink` (cloned per subtask).
+    pub fn sink_to<S: Sink<T> + Clone>(&self, sink: S) -> DataStreamSink {
+        let s = self.add_operator("Sink", SinkOp(sink), true);
+        DataStreamSink {
+            env: s.env,
+            node: s.node,
+        }
+    }
+
+    /// Collects every record in memory, for tests and examples.
+    pub fn collect(&self) -> CollectHandle<T> {
+        let shared = Arc::new(Mutex::new(Vec::new()));
+        self.sink_to(CollectSink(shared.clone()))
+            .name("Sink: Collect");
+        CollectHandle(shared)
+    }
+
+    /// Prints every record to standard output.
+    pub fn print(&self) -> DataStreamSink {
+        self.sink_to(PrintSink::default()).name("Sink: Print")
+    }
+
+    /// Drops every record (useful for benchmarks and for jobs run for their side effects).
+    pub fn discard(&self) -> DataStreamSink {
+        self.sink_to(DiscardSink).name("Sink: Discard")
+    }
+}

@@ -1,0 +1,82 @@
+//! Errors of a job: invalid configuration found before start, and failures while running.
+
+use sluice_core::{NodeId, SubtaskIndex};
+use std::fmt;
+
+/// Why a job did not finish successfully.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JobError {
+    /// The job graph or its configuration is invalid; nothing was started.
+    #[error("invalid job: {0}")]
+    InvalidJob(String),
+    /// An operator subtask failed: a user function returned an error or panicked.
+    #[error("{0}")]
+    TaskFailed(TaskFailure),
+    /// The job was cancelled through its [`JobHandle`](crate::JobHandle).
+    #[error("job was cancelled")]
+    Cancelled,
+    /// A defect inside the runtime itself.
+    #[error("internal error in the sluice runtime: {0}")]
+    Internal(String),
+}
+
+impl JobError {
+    /// The failing subtask, when the job failed in one.
+    pub fn task_failure(&self) -> Option<&TaskFailure> {
+        match self {
+            JobError::TaskFailed(f) => Some(f),
+            _ => None,
+        }
+    }
+}
+
+/// The operator subtask that failed and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskFailure {
+    /// The failing operator.
+    pub operator_id: NodeId,
+    /// Its name.
+    pub operator_name: String,
+    /// The failing subtask.
+    pub subtask: SubtaskIndex,
+    /// The operator's parallelism.
+    pub parallelism: usize,
+    /// What the user code returned or panicked with, and where.
+    pub message: String,
+}
+
+impl fmt::Display for TaskFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "operator '{}' ({}), subtask {} of {} failed: {}",
+            self.operator_name, self.operator_id, self.subtask, self.parallelism, self.message
+        )
+    }
+}
+
+/// How a task ended badly, before the job master turns it into a [`JobError`].
+#[derive(Debug)]
+pub(crate) enum TaskError {
+    /// The root cause: user code failed.
+    Failed(TaskFailure),
+    /// A peer task went away (a consequence of another failure, or of a cancel).
+    PeerGone(String),
+    /// A runtime defect.
+    Internal(String),
+}
+
+impl TaskError {
+    /// Root causes are reported in preference to their consequences.
+    pub(crate) fn is_root_cause(&self) -> bool {
+        !matches!(self, TaskError::PeerGone(_))
+    }
+
+    pub(crate) fn into_job_error(self) -> JobError {
+        match self {
+            TaskError::Failed(f) => JobError::TaskFailed(f),
+            TaskError::PeerGone(m) => JobError::Internal(format!("a task lost its peer: {m}")),
+            TaskError::Internal(m) => JobError::Internal(m),
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! The input gate: a task's input channels, read fairly, with their watermarks merged.
+
+use super::ChannelReceiver;
+use crate::error::TaskError;
+use crate::task::input::{InputEvent, TaskInput};
+use crate::watermark::{ValveOutput, WatermarkValve};
+use sluice_core::{Data, StreamElement};
+use std::collections::VecDeque;
+use std::task::{Context, Poll};
+
+struct Channel<T> {
+    rx: ChannelReceiver<T>,
+    ended: bool,
+}
+
+/// Reads all input channels of one subtask, round robin, and turns their control elements into
+/// the task's own: the minimum watermark, idleness of all, end of all.
+pub(crate) struct InputGate<T> {
+    channels: Vec<Channel<T>>,
+    next: usize,
+    live: usize,
+    valve: WatermarkValve,
+    pending: VecDeque<InputEvent<T>>,
+    description: String,
+}
+
+impl<T: Data> InputGate<T> {
+    pub(crate) fn new(receivers: Vec<ChannelReceiver<T>>, description: String) -> Self {
+        let n = receivers.len();
+        InputGate {
+            channels: receivers
+                .into_iter()
+                .map(|rx| Channel { rx, ended: false })
+                .collect(),
+            next: 0,
+            live: n,
+            valve: WatermarkValve::new(n),
+            pending: VecDeque::new(),
+            description,
+        }
+    }
+
+    /// Queues a valve update as events: the status change first, then the watermark.
+    fn queue_valve(&mut self, out: ValveOutput) {
+        if let Some(s) = out.status {
+            self.pending.push_back(InputEvent::Status(s));
+        }
+        if let Some(w) = out.watermark {
+            self.pending.push_back(InputEvent::Watermark(w));
+        }
+    }
+}
+
+impl<T: Data> TaskInput<T> for InputGate<T> {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<InputEvent<T>, TaskError>> {
+        if let Some(e) = self.pending.pop_front() {
+            return Poll::Ready(Ok(e));
+        }
+        if self.live == 0 {
+            return Poll::Ready(Ok(InputEvent::End));
+        }
+        let n = self.channels.len();
+        let mut tried = 0;
+        while tried < n {
+            let i = self.next;
+            if self.channels[i].ended {
+                self.next = (i + 1) % n;
+                tried += 1;
+                continue;
+            }
+            match self.channels[i].rx.poll_recv(cx) {
+                Poll::Ready(Some(StreamElement::Records(batch))) => {
+                    self.next = (i + 1) % n;
+                    return Poll::Ready(Ok(InputEvent::Records(batch)));
+                }
+                Poll::Ready(Some(StreamElement::Watermark(w))) => {
+                    let out = self.valve.on_watermark(i, w);
+                    self.queue_valve(out);
+                }
+                Poll::Ready(Some(StreamElement::Status(s))) => {
+                    let out = self.valve.on_status(i, s);
+                    self.queue_valve(out);
+                }
+                Poll::Ready(Some(StreamElement::Barrier(b))) => {
+                    return Poll::Ready(Err(TaskError::Internal(format!(
+                        "{}: checkpoint barrier {} arrived but checkpointing is not enabled",
+                        self.description, b.id
+                    ))));
+                }
+                Poll::Ready(Some(StreamElement::EndOfInput)) => {
+                    self.channels[i].ended = true;
+                    self.live -= 1;
+                    let out = self.valve.on_end(i);
+                    self.queue_valve(out);
+                    if self.live == 0 {
+                        self.pending.push_back(InputEvent::End);
+                    }
+                }
+                Poll::Ready(None) => {
+                    return Poll::Ready(Err(TaskError::PeerGone(format!(
+                        "{}: upstream channel {i} closed before end of input",
+                        self.description
+                    ))));
+                }
+                Poll::Pending => {
+                    self.next = (i + 1) % n;
+                    tried += 1;
+                }
+            }
+            if let Some(e) = self.pending.pop_front() {
+                return Poll::Ready(Ok(e));
+            }
+        }
+        Poll::Pending
+    }
+}

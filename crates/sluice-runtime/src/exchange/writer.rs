@@ -1,0 +1,351 @@
+//! The network writer: the last stage of a chain whose output crosses to another task.
+//!
+//! Records are routed into one buffer per target subtask; a buffer is sealed into a batch when it
+//! is full, or when the task has nothing more ready (`flush_buffers`). Sealed batches wait in a
+//! small queue until their channel has room; while that queue is not empty the task reads no
+//! input, so memory stays bounded by one input batch's worth of output.
+
+use super::ChannelSender;
+use super::partitioner::{Partitioner, key_group, subtask_for_key_group};
+use crate::error::TaskError;
+use crate::operator::OperatorContext;
+use crate::state::OperatorState;
+use crate::task::chain::{ChainStage, failure};
+use sluice_core::{
+    CheckpointId, Data, NodeId, OperatorEvent, StreamElement, Watermark, WatermarkStatus,
+};
+use std::collections::VecDeque;
+use std::hash::Hash;
+use std::task::{Context, Poll};
+use tokio_util::sync::PollSender;
+
+/// Per-target record buffers and the queue of sealed elements waiting for channel room.
+pub(crate) struct Buffers<T> {
+    bufs: Vec<Vec<T>>,
+    batch_size: usize,
+    ready: VecDeque<(usize, StreamElement<T>)>,
+}
+
+impl<T: Data> Buffers<T> {
+    fn new(targets: usize, batch_size: usize) -> Self {
+        Buffers {
+            bufs: (0..targets).map(|_| Vec::new()).collect(),
+            batch_size: batch_size.max(1),
+            ready: VecDeque::new(),
+        }
+    }
+
+    /// Number of targets.
+    #[inline]
+    pub(crate) fn targets(&self) -> usize {
+        self.bufs.len()
+    }
+
+    /// Appends one record for `target`, sealing its buffer when full.
+    #[inline]
+    pub(crate) fn push(&mut self, target: usize, record: T) {
+        let buf = &mut self.bufs[target];
+        if buf.capacity() == 0 {
+            buf.reserve_exact(self.batch_size);
+        }
+        buf.push(record);
+        if buf.len() >= self.batch_size {
+            self.seal(target);
+        }
+    }
+
+    /// Hands a whole batch to `target`, without copying it when it is large enough on its own.
+    #[inline]
+    pub(crate) fn push_batch(&mut self, target: usize, batch: Vec<T>) {
+        if self.bufs[target].is_empty() && batch.len() * 2 >= self.batch_size {
+            self.ready
+                .push_back((target, StreamElement::Records(batch)));
+        } else {
+            for r in batch {
+                self.push(target, r);
+            }
+        }
+    }
+
+    fn seal(&mut self, target: usize) {
+        if !self.bufs[target].is_empty() {
+            let batch = std::mem::take(&mut self.bufs[target]);
+            self.ready
+                .push_back((target, StreamElement::Records(batch)));
+        }
+    }
+
+    fn seal_all(&mut self) {
+        for t in 0..self.bufs.len() {
+            self.seal(t);
+        }
+    }
+
+    fn broadcast(&mut self, element: StreamElement<T>) {
+        self.seal_all();
+        for t in 0..self.bufs.len() {
+            self.ready.push_back((t, element.clone()));
+        }
+    }
+}
+
+/// Routes the records of a batch into per-target buffers.
+pub(crate) trait Route<T>: Send + 'static {
+    fn route(&mut self, batch: Vec<T>, out: &mut Buffers<T>) -> Result<(), String>;
+}
+
+/// Same subtask index downstream.
+pub(crate) struct ForwardRoute {
+    pub(crate) target: usize,
+}
+
+impl<T: Data> Route<T> for ForwardRoute {
+    #[inline]
+    fn route(&mut self, batch: Vec<T>, out: &mut Buffers<T>) -> Result<(), String> {
+        out.push_batch(self.target, batch);
+        Ok(())
+    }
+}
+
+/// Round robin, record by record, starting at the producer's own index.
+pub(crate) struct RebalanceRoute {
+    pub(crate) next: usize,
+}
+
+impl<T: Data> Route<T> for RebalanceRoute {
+    #[inline]
+    fn route(&mut self, batch: Vec<T>, out: &mut Buffers<T>) -> Result<(), String> {
+        let n = out.targets();
+        if n == 1 {
+            out.push_batch(0, batch);
+            return Ok(());
+        }
+        for r in batch {
+            self.next = if self.next + 1 >= n { 0 } else { self.next + 1 };
+            out.push(self.next, r);
+        }
+        Ok(())
+    }
+}
+
+/// By key group of the record's key.
+pub(crate) struct HashRoute<F> {
+    pub(crate) key_fn: F,
+    pub(crate) max_parallelism: usize,
+}
+
+impl<T: Data, K: Hash, F: Fn(&T) -> K + Send + 'static> Route<T> for HashRoute<F> {
+    #[inline]
+    fn route(&mut self, batch: Vec<T>, out: &mut Buffers<T>) -> Result<(), String> {
+        let n = out.targets();
+        if n == 1 {
+            out.push_batch(0, batch);
+            return Ok(());
+        }
+        for r in batch {
+            let g = key_group(&(self.key_fn)(&r), self.max_parallelism);
+            out.push(subtask_for_key_group(g, self.max_parallelism, n), r);
+        }
+        Ok(())
+    }
+}
+
+/// Every record to every subtask.
+pub(crate) struct BroadcastRoute;
+
+impl<T: Data> Route<T> for BroadcastRoute {
+    fn route(&mut self, batch: Vec<T>, out: &mut Buffers<T>) -> Result<(), String> {
+        let n = out.targets();
+        for t in 0..n.saturating_sub(1) {
+            out.push_batch(t, batch.clone());
+        }
+        if n > 0 {
+            out.push_batch(n - 1, batch);
+        }
+        Ok(())
+    }
+}
+
+/// A user [`Partitioner`].
+pub(crate) struct CustomRoute<P>(pub(crate) P);
+
+impl<T: Data, P: Partitioner<T>> Route<T> for CustomRoute<P> {
+    #[inline]
+    fn route(&mut self, batch: Vec<T>, out: &mut Buffers<T>) -> Result<(), String> {
+        let n = out.targets();
+        for r in batch {
+            let t = self.0.partition(&r, n);
+            if t >= n {
+                return Err(format!(
+                    "the custom partitioner chose subtask {t} for record {r:?}, but there are only {n}"
+                ));
+            }
+            out.push(t, r);
+        }
+        Ok(())
+    }
+}
+
+/// The chain stage that writes to the network.
+pub(crate) struct NetworkWriter<T: Data, R> {
+    route: R,
+    senders: Vec<PollSender<StreamElement<T>>>,
+    buffers: Buffers<T>,
+    producer: OperatorContext,
+    ended: bool,
+}
+
+impl<T: Data, R: Route<T>> NetworkWriter<T, R> {
+    pub(crate) fn new(
+        route: R,
+        senders: Vec<ChannelSender<T>>,
+        batch_size: usize,
+        producer: OperatorContext,
+    ) -> Self {
+        let buffers = Buffers::new(senders.len(), batch_size);
+        NetworkWriter {
+            route,
+            senders: senders.into_iter().map(PollSender::new).collect(),
+            buffers,
+            producer,
+            ended: false,
+        }
+    }
+}
+
+impl<T: Data, R: Route<T>> ChainStage<T> for NetworkWriter<T, R> {
+    fn open(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    #[inline]
+    fn process_batch(&mut self, batch: Vec<T>) -> Result<(), TaskError> {
+        self.route
+            .route(batch, &mut self.buffers)
+            .map_err(|m| failure(&self.producer, m))
+    }
+
+    fn process_watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
+        self.buffers.broadcast(StreamElement::Watermark(w));
+        Ok(())
+    }
+
+    fn process_status(&mut self, s: WatermarkStatus) -> Result<(), TaskError> {
+        self.buffers.broadcast(StreamElement::Status(s));
+        Ok(())
+    }
+
+    fn poll_work(&mut self, _cx: &mut Context<'_>) -> Result<bool, TaskError> {
+        Ok(false)
+    }
+
+    fn input_blocked(&self) -> bool {
+        false
+    }
+
+    fn flush_buffers(&mut self) {
+        self.buffers.seal_all();
+    }
+
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
+        while let Some(&(target, _)) = self.buffers.ready.front() {
+            let sender = &mut self.senders[target];
+            match sender.poll_reserve(cx) {
+                Poll::Ready(Ok(())) => {
+                    let Some((_, element)) = self.buffers.ready.pop_front() else {
+                        break;
+                    };
+                    if sender.send_item(element).is_err() {
+                        return Poll::Ready(Err(gone(&self.producer, target)));
+                    }
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(gone(&self.producer, target))),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_finish(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
+        if !self.ended {
+            self.ended = true;
+            self.buffers.broadcast(StreamElement::EndOfInput);
+        }
+        self.poll_flush(cx)
+    }
+
+    fn close(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    fn handle_event(&mut self, target: NodeId, _event: OperatorEvent) -> Result<(), TaskError> {
+        Err(TaskError::Internal(format!(
+            "an operator event for operator {target} reached a task that does not run it"
+        )))
+    }
+
+    fn snapshot(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _out: &mut Vec<(NodeId, OperatorState)>,
+    ) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+fn gone(producer: &OperatorContext, target: usize) -> TaskError {
+    TaskError::PeerGone(format!(
+        "{}: downstream subtask {target} closed its input",
+        producer.describe()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_seal_when_full_and_keep_order() {
+        let mut b = Buffers::<u32>::new(2, 3);
+        for i in 0..7 {
+            b.push((i % 2) as usize, i);
+        }
+        // target 0 got 0,2,4 (sealed), 6 pending; target 1 got 1,3,5 (sealed)
+        assert_eq!(b.ready.len(), 2);
+        b.seal_all();
+        let got: Vec<_> = b.ready.drain(..).collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, StreamElement::Records(vec![0, 2, 4])),
+                (1, StreamElement::Records(vec![1, 3, 5])),
+                (0, StreamElement::Records(vec![6])),
+            ]
+        );
+    }
+
+    #[test]
+    fn rebalance_spreads_evenly() {
+        let mut b = Buffers::<u32>::new(3, 1000);
+        let mut r = RebalanceRoute { next: 0 };
+        Route::route(&mut r, (0..300).collect(), &mut b).unwrap();
+        for t in 0..3 {
+            assert_eq!(b.bufs[t].len(), 100);
+        }
+    }
+
+    #[derive(Clone)]
+    struct Bad;
+    impl Partitioner<u32> for Bad {
+        fn partition(&mut self, _r: &u32, n: usize) -> usize {
+            n
+        }
+    }
+
+    #[test]
+    fn custom_partitioner_out_of_range_is_an_error_naming_the_record() {
+        let mut b = Buffers::<u32>::new(2, 10);
+        let err = Route::route(&mut CustomRoute(Bad), vec![42], &mut b).unwrap_err();
+        assert!(err.contains("subtask 2") && err.contains("42"), "{err}");
+    }
+}

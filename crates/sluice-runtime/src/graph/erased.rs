@@ -1,0 +1,312 @@
+//! Type-erased factories: what a graph node can build once the job is planned.
+//!
+//! Each factory is created by the DataStream API while the record types are known and hides them
+//! behind `Box<dyn Any>` ([`AnyBox`]). Downcasts happen once per subtask at deployment, never on
+//! the record path; a failed downcast is a runtime defect and is reported as such.
+
+use crate::error::{JobError, TaskError};
+use crate::exchange::partitioner::Partitioner;
+use crate::exchange::writer::{
+    BroadcastRoute, CustomRoute, ForwardRoute, HashRoute, NetworkWriter, RebalanceRoute,
+};
+use crate::exchange::{ChannelReceiver, ChannelSender, channel, gate::InputGate};
+use crate::graph::Partitioning;
+use crate::operator::{Operator, OperatorContext};
+use crate::task::chain::{ChainStage, NullStage, OperatorStage, TeeStage};
+use crate::task::input::{SourceInput, SourceReader};
+use crate::task::runner::Task;
+use futures::future::BoxFuture;
+use sluice_core::Data;
+use std::any::Any;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+
+/// A typed value behind `dyn Any`.
+pub(crate) type AnyBox = Box<dyn Any + Send>;
+
+/// A typed chain stage, erased.
+type Stage<T> = Box<dyn ChainStage<T>>;
+
+pub(crate) fn downcast<T: 'static>(b: AnyBox, what: &str) -> Result<T, JobError> {
+    b.downcast::<T>()
+        .map(|b| *b)
+        .map_err(|_| JobError::Internal(format!("type mismatch while wiring {what}")))
+}
+
+/// A task ready to run.
+pub(crate) trait RunnableTask: Send {
+    fn run(self: Box<Self>) -> BoxFuture<'static, Result<(), TaskError>>;
+}
+
+impl<T: Send + 'static> RunnableTask for Task<T> {
+    fn run(self: Box<Self>) -> BoxFuture<'static, Result<(), TaskError>> {
+        Box::pin((*self).run())
+    }
+}
+
+/// Everything a task needs besides its input and its chain.
+pub(crate) struct TaskParts {
+    pub(crate) metrics: Vec<Arc<crate::metrics::OperatorMetrics>>,
+    pub(crate) description: String,
+    pub(crate) batch_size: usize,
+}
+
+/// Builds the reader of a source node, per subtask.
+pub(crate) trait SourceFactory: Send + Sync {
+    fn build_task(
+        &self,
+        ctx: OperatorContext,
+        next: AnyBox,
+        parts: TaskParts,
+    ) -> Result<Box<dyn RunnableTask>, JobError>;
+}
+
+/// Makes a fresh source reader for one subtask.
+pub(crate) struct TypedSource<T, F> {
+    pub(crate) make: F,
+    pub(crate) _t: PhantomData<fn() -> T>,
+}
+
+impl<T, F> SourceFactory for TypedSource<T, F>
+where
+    T: Data,
+    F: Fn(&OperatorContext) -> Box<dyn SourceReader<T>> + Send + Sync,
+{
+    fn build_task(
+        &self,
+        ctx: OperatorContext,
+        next: AnyBox,
+        parts: TaskParts,
+    ) -> Result<Box<dyn RunnableTask>, JobError> {
+        let chain = downcast::<Stage<T>>(next, "a source to its chain")?;
+        let reader = (self.make)(&ctx);
+        let input = SourceInput::new(reader, ctx, parts.batch_size);
+        Ok(Box::new(Task::new(Box::new(input), chain, parts.metrics)))
+    }
+}
+
+/// Builds the stage of an operator node, and the task when the node heads a chain.
+pub(crate) trait OperatorFactory: Send + Sync {
+    fn build_stage(&self, ctx: OperatorContext, next: AnyBox) -> Result<AnyBox, JobError>;
+    fn build_task(
+        &self,
+        receivers: Vec<AnyBox>,
+        head: AnyBox,
+        parts: TaskParts,
+    ) -> Result<Box<dyn RunnableTask>, JobError>;
+}
+
+/// An [`Operator`] prototype, cloned once per subtask.
+pub(crate) struct TypedOperator<In, Op> {
+    op: Mutex<Op>,
+    _in: PhantomData<fn(In)>,
+}
+
+impl<In, Op> TypedOperator<In, Op> {
+    pub(crate) fn new(op: Op) -> Self {
+        TypedOperator {
+            op: Mutex::new(op),
+            _in: PhantomData,
+        }
+    }
+}
+
+/// Clones a prototype kept behind a mutex (so that it need not be `Sync`).
+fn clone_locked<X: Clone>(m: &Mutex<X>) -> X {
+    m.lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone()
+}
+
+impl<In: Data, Op: Operator<In> + Clone> OperatorFactory for TypedOperator<In, Op> {
+    fn build_stage(&self, ctx: OperatorContext, next: AnyBox) -> Result<AnyBox, JobError> {
+        let next = downcast::<Stage<Op::Out>>(next, "an operator to its successor")?;
+        let op = clone_locked(&self.op);
+        let stage: Stage<In> = Box::new(OperatorStage::new(op, ctx, next));
+        Ok(Box::new(stage))
+    }
+
+    fn build_task(
+        &self,
+        receivers: Vec<AnyBox>,
+        head: AnyBox,
+        parts: TaskParts,
+    ) -> Result<Box<dyn RunnableTask>, JobError> {
+        let head = downcast::<Stage<In>>(head, "a task to its first operator")?;
+        let receivers = receivers
+            .into_iter()
+            .map(|r| downcast::<ChannelReceiver<In>>(r, "an input channel"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let gate = InputGate::new(receivers, parts.description);
+        Ok(Box::new(Task::new(Box::new(gate), head, parts.metrics)))
+    }
+}
+
+/// Typed helpers for a node's output type.
+pub(crate) trait OutputOps: Send + Sync {
+    /// One bounded channel: (sender, receiver).
+    fn channel(&self, capacity: usize) -> (AnyBox, AnyBox);
+    fn null_stage(&self) -> AnyBox;
+    fn tee_stage(&self, nexts: Vec<AnyBox>) -> Result<AnyBox, JobError>;
+}
+
+pub(crate) struct TypedOutput<T>(pub(crate) PhantomData<fn() -> T>);
+
+impl<T: Data> OutputOps for TypedOutput<T> {
+    fn channel(&self, capacity: usize) -> (AnyBox, AnyBox) {
+        let (tx, rx) = channel::<T>(capacity);
+        (Box::new(tx), Box::new(rx))
+    }
+    fn null_stage(&self) -> AnyBox {
+        let s: Stage<T> = Box::new(NullStage);
+        Box::new(s)
+    }
+    fn tee_stage(&self, nexts: Vec<AnyBox>) -> Result<AnyBox, JobError> {
+        let nexts = nexts
+            .into_iter()
+            .map(|n| downcast::<Stage<T>>(n, "a fan-out"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let s: Stage<T> = Box::new(TeeStage::new(nexts));
+        Ok(Box::new(s))
+    }
+}
+
+/// Builds the network writer of one edge for one producer subtask.
+pub(crate) trait WriterFactory: Send + Sync {
+    fn build_writer(
+        &self,
+        senders: Vec<AnyBox>,
+        producer: OperatorContext,
+        batch_size: usize,
+        max_parallelism: usize,
+    ) -> Result<AnyBox, JobError>;
+}
+
+/// The writer factory for the built-in partitionings that need no user code.
+pub(crate) struct BuiltinWriter<T> {
+    pub(crate) partitioning: Partitioning,
+    pub(crate) _t: PhantomData<fn() -> T>,
+}
+
+impl<T> BuiltinWriter<T> {
+    pub(crate) fn new(partitioning: Partitioning) -> Self {
+        BuiltinWriter {
+            partitioning,
+            _t: PhantomData,
+        }
+    }
+}
+
+fn senders<T: Data>(senders: Vec<AnyBox>) -> Result<Vec<ChannelSender<T>>, JobError> {
+    senders
+        .into_iter()
+        .map(|s| downcast::<ChannelSender<T>>(s, "an output channel"))
+        .collect()
+}
+
+impl<T: Data> WriterFactory for BuiltinWriter<T> {
+    fn build_writer(
+        &self,
+        tx: Vec<AnyBox>,
+        producer: OperatorContext,
+        batch_size: usize,
+        _max_parallelism: usize,
+    ) -> Result<AnyBox, JobError> {
+        let tx = senders::<T>(tx)?;
+        let n = tx.len();
+        let me = producer.subtask_index();
+        let p = producer.parallelism();
+        let forward = matches!(self.partitioning, Partitioning::Forward)
+            || (matches!(self.partitioning, Partitioning::Default) && n == p);
+        let stage: Stage<T> = if forward {
+            // Forward edges that are not chained (the producer fans out) still pair i with i.
+            let target = me.min(n.saturating_sub(1));
+            Box::new(NetworkWriter::new(
+                ForwardRoute { target },
+                tx,
+                batch_size,
+                producer,
+            ))
+        } else if matches!(self.partitioning, Partitioning::Broadcast) {
+            Box::new(NetworkWriter::new(BroadcastRoute, tx, batch_size, producer))
+        } else {
+            let next = me % n.max(1);
+            Box::new(NetworkWriter::new(
+                RebalanceRoute { next },
+                tx,
+                batch_size,
+                producer,
+            ))
+        };
+        Ok(Box::new(stage))
+    }
+}
+
+/// The writer factory for `key_by`.
+pub(crate) struct HashWriter<T, K, F> {
+    key_fn: Mutex<F>,
+    _t: PhantomData<fn(&T) -> K>,
+}
+
+impl<T, K, F> HashWriter<T, K, F> {
+    pub(crate) fn new(key_fn: F) -> Self {
+        HashWriter {
+            key_fn: Mutex::new(key_fn),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T, K, F> WriterFactory for HashWriter<T, K, F>
+where
+    T: Data,
+    K: Hash + 'static,
+    F: Fn(&T) -> K + Clone + Send + 'static,
+{
+    fn build_writer(
+        &self,
+        tx: Vec<AnyBox>,
+        producer: OperatorContext,
+        batch_size: usize,
+        max_parallelism: usize,
+    ) -> Result<AnyBox, JobError> {
+        let tx = senders::<T>(tx)?;
+        let route = HashRoute {
+            key_fn: clone_locked(&self.key_fn),
+            max_parallelism,
+        };
+        let stage: Stage<T> = Box::new(NetworkWriter::new(route, tx, batch_size, producer));
+        Ok(Box::new(stage))
+    }
+}
+
+/// The writer factory for `partition_custom`.
+pub(crate) struct CustomWriter<T, P> {
+    partitioner: Mutex<P>,
+    _t: PhantomData<fn(&T)>,
+}
+
+impl<T, P> CustomWriter<T, P> {
+    pub(crate) fn new(partitioner: P) -> Self {
+        CustomWriter {
+            partitioner: Mutex::new(partitioner),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T: Data, P: Partitioner<T> + Clone> WriterFactory for CustomWriter<T, P> {
+    fn build_writer(
+        &self,
+        tx: Vec<AnyBox>,
+        producer: OperatorContext,
+        batch_size: usize,
+        _max_parallelism: usize,
+    ) -> Result<AnyBox, JobError> {
+        let tx = senders::<T>(tx)?;
+        let route = CustomRoute(clone_locked(&self.partitioner));
+        let stage: Stage<T> = Box::new(NetworkWriter::new(route, tx, batch_size, producer));
+        Ok(Box::new(stage))
+    }
+}

@@ -1,0 +1,114 @@
+//! The logical job graph built by the DataStream API, and its type-erased building blocks.
+//!
+//! The API knows every record type; the graph does not. Each node keeps factories, created while
+//! the types were known, that later build its typed pieces (chain stages, channels, writers,
+//! tasks) behind `Box<dyn Any>`. [`plan`](crate::job) then chains nodes into tasks and wires them.
+
+pub(crate) mod erased;
+
+use erased::{OperatorFactory, OutputOps, SourceFactory, WriterFactory};
+use sluice_core::NodeId;
+use std::fmt;
+use std::sync::Arc;
+
+/// How records cross an edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Partitioning {
+    /// Forward when both sides have the same parallelism, rebalance otherwise (Flink's default).
+    Default,
+    /// Subtask i to subtask i; both sides must have the same parallelism.
+    Forward,
+    /// Round robin over all downstream subtasks.
+    Rebalance,
+    /// By the key's key group.
+    Hash,
+    /// Every record to every downstream subtask.
+    Broadcast,
+    /// By a user [`Partitioner`](crate::Partitioner).
+    Custom,
+}
+
+impl fmt::Display for Partitioning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Partitioning::Default => "default",
+            Partitioning::Forward => "forward",
+            Partitioning::Rebalance => "rebalance",
+            Partitioning::Hash => "hash",
+            Partitioning::Broadcast => "broadcast",
+            Partitioning::Custom => "custom",
+        };
+        f.write_str(s)
+    }
+}
+
+pub(crate) enum NodeKind {
+    Source(Arc<dyn SourceFactory>),
+    Operator(Arc<dyn OperatorFactory>),
+}
+
+pub(crate) struct Node {
+    pub(crate) id: NodeId,
+    pub(crate) name: String,
+    pub(crate) parallelism: Option<usize>,
+    pub(crate) kind: NodeKind,
+    pub(crate) inputs: Vec<usize>,
+    pub(crate) outputs: Vec<usize>,
+    pub(crate) out_ops: Arc<dyn OutputOps>,
+    pub(crate) is_sink: bool,
+}
+
+pub(crate) struct Edge {
+    pub(crate) from: NodeId,
+    pub(crate) to: NodeId,
+    pub(crate) partitioning: Partitioning,
+    pub(crate) writer: Arc<dyn WriterFactory>,
+}
+
+/// The graph under construction (and, at submit time, the graph to run).
+#[derive(Default)]
+pub(crate) struct StreamGraph {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) edges: Vec<Edge>,
+}
+
+impl StreamGraph {
+    pub(crate) fn add_node(
+        &mut self,
+        name: String,
+        kind: NodeKind,
+        out_ops: Arc<dyn OutputOps>,
+        is_sink: bool,
+    ) -> NodeId {
+        let id = NodeId(self.nodes.len());
+        self.nodes.push(Node {
+            id,
+            name,
+            parallelism: None,
+            kind,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            out_ops,
+            is_sink,
+        });
+        id
+    }
+
+    pub(crate) fn add_edge(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        partitioning: Partitioning,
+        writer: Arc<dyn WriterFactory>,
+    ) {
+        let e = self.edges.len();
+        self.edges.push(Edge {
+            from,
+            to,
+            partitioning,
+            writer,
+        });
+        self.nodes[from.0].outputs.push(e);
+        self.nodes[to.0].inputs.push(e);
+    }
+}

@@ -1,0 +1,90 @@
+//! Planning: validate the graph and chain operators into tasks. A pure function of the graph.
+
+use crate::error::JobError;
+use crate::graph::{Partitioning, StreamGraph};
+use crate::job::JobConfig;
+use sluice_core::NodeId;
+
+/// The decisions taken before anything runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// Resolved parallelism of each node.
+    pub(crate) parallelism: Vec<usize>,
+    /// Whether each edge is a direct call inside a chain (true) or a network exchange.
+    pub(crate) chained: Vec<bool>,
+    /// The chains, head first; each chain runs as one task per subtask.
+    pub(crate) chains: Vec<Vec<NodeId>>,
+}
+
+/// Validates `graph` under `config` and chains it.
+///
+/// An edge is chained when its consumer has exactly this one input, its producer has exactly this
+/// one output, both have the same parallelism, and the edge is forward (or both sides run as a
+/// single subtask, where every partitioning is forward).
+pub(crate) fn plan(graph: &StreamGraph, config: &JobConfig) -> Result<Plan, JobError> {
+    config.validate()?;
+    if !graph.nodes.iter().any(|n| n.is_sink) {
+        return Err(JobError::InvalidJob(
+            "the job has no sink: end a stream with collect(), print() or sink_to(..)".into(),
+        ));
+    }
+    let describe = |id: NodeId| format!("'{}' ({})", graph.nodes[id.0].name, id);
+    let mut parallelism = Vec::with_capacity(graph.nodes.len());
+    for n in &graph.nodes {
+        let p = n.parallelism.unwrap_or(config.parallelism);
+        if p == 0 {
+            return Err(JobError::InvalidJob(format!(
+                "operator {}: parallelism must be at least 1, got 0",
+                describe(n.id)
+            )));
+        }
+        if p > config.max_parallelism {
+            return Err(JobError::InvalidJob(format!(
+                "operator {}: parallelism {p} exceeds the max parallelism {}",
+                describe(n.id),
+                config.max_parallelism
+            )));
+        }
+        parallelism.push(p);
+    }
+    let mut chained = Vec::with_capacity(graph.edges.len());
+    for e in &graph.edges {
+        let (pf, pt) = (parallelism[e.from.0], parallelism[e.to.0]);
+        if e.partitioning == Partitioning::Forward && pf != pt {
+            return Err(JobError::InvalidJob(format!(
+                "forward edge from {} (parallelism {pf}) to {} (parallelism {pt}) needs equal \
+                 parallelism on both sides; use rebalance() or give both the same parallelism",
+                describe(e.from),
+                describe(e.to)
+            )));
+        }
+        let forward_like = match e.partitioning {
+            Partitioning::Forward => true,
+            Partitioning::Default => pf == pt,
+            _ => pf == 1 && pt == 1,
+        };
+        let from = &graph.nodes[e.from.0];
+        let to = &graph.nodes[e.to.0];
+        chained.push(forward_like && pf == pt && from.outputs.len() == 1 && to.inputs.len() == 1);
+    }
+    let mut chains = Vec::new();
+    for n in &graph.nodes {
+        let is_head = !(n.inputs.len() == 1 && chained[n.inputs[0]]);
+        if !is_head {
+            continue;
+        }
+        let mut chain = vec![n.id];
+        let mut cur = n;
+        while cur.outputs.len() == 1 && chained[cur.outputs[0]] {
+            let next = graph.edges[cur.outputs[0]].to;
+            chain.push(next);
+            cur = &graph.nodes[next.0];
+        }
+        chains.push(chain);
+    }
+    Ok(Plan {
+        parallelism,
+        chained,
+        chains,
+    })
+}

@@ -1,0 +1,54 @@
+//! The sluice engine: the DataStream API, the job graph, tasks, exchanges, watermarks and
+//! metrics.
+//!
+//! Where to find things:
+//! - [`api`]: [`StreamEnvironment`], [`DataStream`], [`KeyedStream`], sources and sinks;
+//! - [`operator`]: the [`Operator`] trait every transformation implements;
+//! - [`exchange`]: channels, batches and partitioners between tasks;
+//! - [`watermark`]: watermark strategies and the per-task watermark valve;
+//! - [`job`]: planning, deployment, the job master, [`JobHandle`] and [`JobResult`];
+//! - [`metrics`]: per operator subtask counters.
+//!
+//! ```
+//! use sluice_runtime::prelude::*;
+//!
+//! let env = StreamEnvironment::new();
+//! let out = env.from_iter(0u64..1_000).map(|x| x * 2).filter(|x| x % 3 == 0).collect();
+//! env.execute_blocking("example").unwrap();
+//! assert_eq!(out.len(), 334);
+//! ```
+
+pub mod api;
+mod error;
+pub mod exchange;
+mod graph;
+pub mod job;
+pub mod metrics;
+pub mod operator;
+pub mod state;
+mod task;
+pub mod watermark;
+
+pub use api::DataStreamSink;
+pub use api::{CollectHandle, DataStream, Generator, KeyedStream, Sink, StreamEnvironment};
+pub use error::{JobError, TaskFailure};
+pub use exchange::partitioner::Partitioner;
+pub use graph::Partitioning;
+pub use job::{JobConfig, JobHandle, JobResult};
+pub use metrics::{JobMetrics, OperatorMetrics, OperatorTotals, SubtaskMetrics};
+pub use operator::{Collector, Operator, OperatorContext};
+pub use state::OperatorState;
+pub use watermark::{ValveOutput, WatermarkStrategy, WatermarkValve};
+
+/// The default number of key groups.
+pub const DEFAULT_MAX_PARALLELISM: usize = 128;
+
+/// Everything a job definition usually needs.
+pub mod prelude {
+    pub use crate::{
+        CollectHandle, Collector, DataStream, Generator, JobError, JobResult, KeyedStream,
+        Operator, OperatorContext, OperatorState, Partitioner, Sink, StreamEnvironment,
+        WatermarkStrategy,
+    };
+    pub use sluice_core::{Data, UserError, Watermark, WatermarkStatus};
+}

@@ -1,0 +1,116 @@
+//! The built-in stateless operators behind `map`, `filter`, `flat_map`, `union` and sinks.
+//!
+//! Each applies its closure to a whole batch in one monomorphised loop: the per-batch dynamic call
+//! into the operator is the only indirection a record pays.
+
+use super::{Collector, Operator, OperatorContext};
+use crate::api::Sink;
+use sluice_core::{CheckpointId, Data, UserError};
+use std::marker::PhantomData;
+
+/// `map`: one output per input.
+#[derive(Clone)]
+pub(crate) struct MapOp<F>(pub F);
+
+impl<In: Data, Out: Data, F> Operator<In> for MapOp<F>
+where
+    F: FnMut(In) -> Out + Clone + Send + 'static,
+{
+    type Out = Out;
+    #[inline]
+    fn process_batch(&mut self, batch: Vec<In>, out: &mut Collector<Out>) -> Result<(), UserError> {
+        out.emit_batch(batch.into_iter().map(&mut self.0).collect());
+        Ok(())
+    }
+}
+
+/// `filter`: keeps the records the predicate accepts, in place.
+#[derive(Clone)]
+pub(crate) struct FilterOp<F>(pub F);
+
+impl<T: Data, F> Operator<T> for FilterOp<F>
+where
+    F: FnMut(&T) -> bool + Clone + Send + 'static,
+{
+    type Out = T;
+    #[inline]
+    fn process_batch(
+        &mut self,
+        mut batch: Vec<T>,
+        out: &mut Collector<T>,
+    ) -> Result<(), UserError> {
+        batch.retain(&mut self.0);
+        out.emit_batch(batch);
+        Ok(())
+    }
+}
+
+/// `flat_map`: any number of outputs per input.
+#[derive(Clone)]
+pub(crate) struct FlatMapOp<F, Out>(pub F, pub PhantomData<fn() -> Out>);
+
+impl<In: Data, Out: Data, I, F> Operator<In> for FlatMapOp<F, Out>
+where
+    I: IntoIterator<Item = Out>,
+    F: FnMut(In) -> I + Clone + Send + 'static,
+{
+    type Out = Out;
+    #[inline]
+    fn process_batch(&mut self, batch: Vec<In>, out: &mut Collector<Out>) -> Result<(), UserError> {
+        for record in batch {
+            for o in (self.0)(record) {
+                out.collect(o);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Passes everything through; used where several streams are unioned into one.
+pub(crate) struct IdentityOp<T>(pub PhantomData<fn() -> T>);
+
+impl<T> Clone for IdentityOp<T> {
+    fn clone(&self) -> Self {
+        IdentityOp(PhantomData)
+    }
+}
+
+impl<T: Data> Operator<T> for IdentityOp<T> {
+    type Out = T;
+    #[inline]
+    fn process_batch(&mut self, batch: Vec<T>, out: &mut Collector<T>) -> Result<(), UserError> {
+        out.emit_batch(batch);
+        Ok(())
+    }
+}
+
+/// Adapts a [`Sink`] to the operator interface; it emits nothing.
+#[derive(Clone)]
+pub(crate) struct SinkOp<S>(pub S);
+
+impl<T: Data, S: Sink<T> + Clone> Operator<T> for SinkOp<S> {
+    type Out = ();
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.0.open(ctx)
+    }
+    #[inline]
+    fn process_batch(&mut self, batch: Vec<T>, _out: &mut Collector<()>) -> Result<(), UserError> {
+        self.0.write_batch(batch)
+    }
+    fn process_watermark(
+        &mut self,
+        _w: sluice_core::Watermark,
+        _out: &mut Collector<()>,
+    ) -> Result<(), UserError> {
+        Ok(())
+    }
+    fn end_input(&mut self, _out: &mut Collector<()>) -> Result<(), UserError> {
+        self.0.finish()
+    }
+    fn close(&mut self) -> Result<(), UserError> {
+        self.0.close()
+    }
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<(), UserError> {
+        self.0.notify_checkpoint_complete(checkpoint)
+    }
+}

@@ -1,0 +1,116 @@
+//! [`OperatorContext`]: what an operator instance knows about where it runs.
+
+use crate::metrics::OperatorMetrics;
+use sluice_core::{AttemptNumber, NodeId, SubtaskIndex};
+use std::sync::Arc;
+
+/// Where an operator instance runs: its operator, subtask, parallelism and attempt.
+///
+/// Cheap to clone; an operator that needs it after `open` keeps a clone.
+///
+/// ```
+/// use sluice_runtime::OperatorContext;
+/// let ctx = OperatorContext::for_test("enrich", 2, 4);
+/// assert_eq!(ctx.subtask_index(), 2);
+/// assert_eq!(ctx.parallelism(), 4);
+/// assert_eq!(ctx.describe(), "operator 'enrich' (#0), subtask 2 of 4, attempt 0");
+/// ```
+#[derive(Clone, Debug)]
+pub struct OperatorContext {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    operator_id: NodeId,
+    operator_name: String,
+    subtask_index: SubtaskIndex,
+    parallelism: usize,
+    max_parallelism: usize,
+    attempt_number: AttemptNumber,
+    metrics: Arc<OperatorMetrics>,
+}
+
+impl OperatorContext {
+    pub(crate) fn new(
+        operator_id: NodeId,
+        operator_name: String,
+        subtask_index: SubtaskIndex,
+        parallelism: usize,
+        max_parallelism: usize,
+        attempt_number: AttemptNumber,
+        metrics: Arc<OperatorMetrics>,
+    ) -> Self {
+        OperatorContext {
+            inner: Arc::new(Inner {
+                operator_id,
+                operator_name,
+                subtask_index,
+                parallelism,
+                max_parallelism,
+                attempt_number,
+                metrics,
+            }),
+        }
+    }
+
+    /// A context for unit-testing an operator outside a job (operator id 0, attempt 0).
+    pub fn for_test(operator_name: &str, subtask_index: SubtaskIndex, parallelism: usize) -> Self {
+        Self::new(
+            NodeId(0),
+            operator_name.to_string(),
+            subtask_index,
+            parallelism,
+            crate::DEFAULT_MAX_PARALLELISM,
+            0,
+            Arc::new(OperatorMetrics::default()),
+        )
+    }
+
+    /// The operator's id in the job graph.
+    pub fn operator_id(&self) -> NodeId {
+        self.inner.operator_id
+    }
+
+    /// The operator's name, as set with `.name(..)`.
+    pub fn operator_name(&self) -> &str {
+        &self.inner.operator_name
+    }
+
+    /// This instance's subtask index, `0..parallelism`.
+    pub fn subtask_index(&self) -> SubtaskIndex {
+        self.inner.subtask_index
+    }
+
+    /// How many subtasks the operator runs as.
+    pub fn parallelism(&self) -> usize {
+        self.inner.parallelism
+    }
+
+    /// The number of key groups (the upper bound for rescaling keyed state).
+    pub fn max_parallelism(&self) -> usize {
+        self.inner.max_parallelism
+    }
+
+    /// How many times this subtask was restarted before this run (0 for the first run).
+    pub fn attempt_number(&self) -> AttemptNumber {
+        self.inner.attempt_number
+    }
+
+    /// This subtask's metrics.
+    pub fn metrics(&self) -> &Arc<OperatorMetrics> {
+        &self.inner.metrics
+    }
+
+    /// "operator 'name' (#id), subtask i of p, attempt a": how errors name this instance.
+    pub fn describe(&self) -> String {
+        format!(
+            "operator '{}' ({}), subtask {} of {}, attempt {}",
+            self.inner.operator_name,
+            self.inner.operator_id,
+            self.inner.subtask_index,
+            self.inner.parallelism,
+            self.inner.attempt_number
+        )
+    }
+}
