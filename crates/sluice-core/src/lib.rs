@@ -14,6 +14,7 @@
 //! assert!(Watermark::new(0) < Watermark::MAX);
 //! ```
 
+pub mod codec;
 mod data;
 mod element;
 mod error;
