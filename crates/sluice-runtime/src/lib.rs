@@ -19,6 +19,7 @@
 //! ```
 
 pub mod api;
+pub mod checkpoint;
 mod error;
 pub mod exchange;
 mod graph;
