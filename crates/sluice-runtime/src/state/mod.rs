@@ -1,14 +1,38 @@
-//! Operator state as the runtime carries it between a snapshot and a restore.
+//! Operator state as the runtime carries it between a snapshot and a restore, and typed helpers
+//! over it.
 //!
-//! An operator's state is a list of opaque entries. When a job is restored at the same
-//! parallelism each subtask gets back exactly the entries it wrote; when the parallelism changed,
-//! the entries of all old subtasks are dealt out to the new ones (Flink's "list state"
-//! redistribution), so an operator should write one entry per independent piece of state (for
-//! example one per in-flight request) rather than one blob.
+//! An operator's state has two parts:
+//! - **list entries**: opaque byte strings. Restored at the same parallelism, each subtask gets
+//!   back exactly what it wrote; at another parallelism, the entries of all old subtasks are split
+//!   into contiguous, even shares (Flink's list-state redistribution), so an operator should write
+//!   one entry per independent piece (for example one per in-flight request);
+//! - **keyed entries**: byte strings tagged with a state name and a key group. At restore each goes
+//!   to the subtask that owns its key group at the new parallelism, so keyed state follows its keys.
+//!
+//! [`ValueState`], [`MapState`] and [`ListState`] are typed views that write and read these.
+
+mod keyed;
+mod list;
+mod redistribute;
+
+pub use keyed::{MapState, ValueState};
+pub use list::ListState;
+pub use redistribute::redistribute;
 
 use serde::{Deserialize, Serialize};
 
-/// The state of one operator subtask: a list of encoded entries.
+/// One keyed entry: all keys of one key group of one named state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyGroupEntry {
+    /// The state's name within its operator.
+    pub state: String,
+    /// The key group, `0..max_parallelism`.
+    pub key_group: u32,
+    /// The encoded keys and values.
+    pub data: Vec<u8>,
+}
+
+/// The state of one operator subtask.
 ///
 /// ```
 /// use sluice_runtime::OperatorState;
@@ -21,31 +45,53 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorState {
     entries: Vec<Vec<u8>>,
+    keyed: Vec<KeyGroupEntry>,
 }
 
 impl OperatorState {
-    /// State made of `entries`.
+    /// State made of list `entries`.
     pub fn from_entries(entries: Vec<Vec<u8>>) -> Self {
-        OperatorState { entries }
+        OperatorState {
+            entries,
+            keyed: Vec::new(),
+        }
     }
 
-    /// Appends one entry.
+    /// Appends one list entry.
     pub fn push(&mut self, entry: Vec<u8>) {
         self.entries.push(entry);
     }
 
-    /// The entries, in the order they were written.
+    /// The list entries, in the order they were written.
     pub fn entries(&self) -> &[Vec<u8>] {
         &self.entries
     }
 
-    /// The entries, by value.
+    /// The list entries, by value.
     pub fn into_entries(self) -> Vec<Vec<u8>> {
         self.entries
     }
 
-    /// Whether there is no entry.
+    /// Appends one keyed entry.
+    pub fn push_keyed(&mut self, entry: KeyGroupEntry) {
+        self.keyed.push(entry);
+    }
+
+    /// The keyed entries.
+    pub fn keyed_entries(&self) -> &[KeyGroupEntry] {
+        &self.keyed
+    }
+
+    /// Whether there is no entry of either kind.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_empty() && self.keyed.is_empty()
+    }
+
+    pub(crate) fn into_parts(self) -> (Vec<Vec<u8>>, Vec<KeyGroupEntry>) {
+        (self.entries, self.keyed)
+    }
+
+    pub(crate) fn from_parts(entries: Vec<Vec<u8>>, keyed: Vec<KeyGroupEntry>) -> Self {
+        OperatorState { entries, keyed }
     }
 }
