@@ -15,6 +15,14 @@ pub enum JobError {
     /// The job was cancelled through its [`JobHandle`](crate::JobHandle).
     #[error("job was cancelled")]
     Cancelled,
+    /// The job failed and its restart strategy allowed no more restarts.
+    #[error("{last} (the restart strategy gave up after {attempts} restarts)")]
+    RestartsExhausted {
+        /// How many times the job was restarted before the last failure.
+        attempts: u32,
+        /// The last failure.
+        last: Box<JobError>,
+    },
     /// A defect inside the runtime itself.
     #[error("internal error in the sluice runtime: {0}")]
     Internal(String),
@@ -25,6 +33,7 @@ impl JobError {
     pub fn task_failure(&self) -> Option<&TaskFailure> {
         match self {
             JobError::TaskFailed(f) => Some(f),
+            JobError::RestartsExhausted { last, .. } => last.task_failure(),
             _ => None,
         }
     }

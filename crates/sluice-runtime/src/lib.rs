@@ -22,11 +22,13 @@ pub mod api;
 pub mod checkpoint;
 mod error;
 pub mod exchange;
+pub mod failover;
 mod graph;
 pub mod job;
 pub mod metrics;
 pub mod operator;
 pub mod state;
+pub mod storage;
 mod task;
 pub mod watermark;
 

@@ -2,20 +2,37 @@
 
 use crate::api::source::{Generator, GeneratorReader, IterReader};
 use crate::api::stream::DataStream;
+use crate::checkpoint::CheckpointSettings;
 use crate::error::JobError;
+use crate::failover::{ExponentialBackoff, RestartStrategy};
 use crate::graph::erased::{TypedOutput, TypedSource};
 use crate::graph::{NodeKind, StreamGraph};
-use crate::job::deploy::deploy;
-use crate::job::master::run_tasks;
+use crate::job::checkpointing::{CheckpointRun, StoragePersistence, default_dir, fingerprint};
+use crate::job::master::{JobSpec, SharedMetrics, run_job};
 use crate::job::plan::plan;
 use crate::job::{JobConfig, JobHandle, JobResult};
 use crate::operator::OperatorContext;
+use crate::state::OperatorState;
+use crate::storage::{CheckpointStorage, LocalCheckpointStorage, validate_directory};
 use crate::task::input::SourceReader;
-use sluice_core::Data;
+use sluice_core::{Data, UserError};
 use std::marker::PhantomData;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+/// Flink's default with checkpointing (since 1.19): exponential backoff from 1 s to 1 min.
+fn default_restart_with_checkpoints() -> Result<RestartStrategy, JobError> {
+    RestartStrategy::exponential_backoff(ExponentialBackoff::new(
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+        1.5,
+    ))
+    .map_err(|e| JobError::Internal(format!("the default restart strategy is invalid: {e}")))
+}
 
 /// The entry point of a job: create streams from sources, transform them, then
 /// [`execute`](StreamEnvironment::execute).
@@ -43,6 +60,10 @@ pub struct StreamEnvironment {
 struct Inner {
     config: JobConfig,
     graph: StreamGraph,
+    checkpoints: Option<CheckpointSettings>,
+    restart: Option<RestartStrategy>,
+    storage_dir: Option<PathBuf>,
+    restore_from: Option<PathBuf>,
 }
 
 impl StreamEnvironment {
@@ -88,11 +109,51 @@ impl StreamEnvironment {
         self.lock().config.clone()
     }
 
+    /// Takes a checkpoint every `interval`, with default settings otherwise (see
+    /// [`CheckpointSettings::every`]); refine them with
+    /// [`set_checkpoint_settings`](Self::set_checkpoint_settings).
+    ///
+    /// With checkpointing, a failed job restarts from its last completed checkpoint according to
+    /// its restart strategy (by default exponential backoff from 1 s to 1 min, as Flink), and a
+    /// bounded job ends with a final checkpoint, so that sinks commit everything exactly once.
+    pub fn enable_checkpointing(&self, interval: Duration) -> &Self {
+        self.lock().checkpoints = Some(CheckpointSettings::every(interval));
+        self
+    }
+
+    /// Sets every checkpoint setting at once (and enables checkpointing).
+    pub fn set_checkpoint_settings(&self, settings: CheckpointSettings) -> &Self {
+        self.lock().checkpoints = Some(settings);
+        self
+    }
+
+    /// Where checkpoints are written. Default: `./sluice-checkpoints/<job name>`.
+    pub fn set_checkpoint_storage(&self, dir: impl Into<PathBuf>) -> &Self {
+        self.lock().storage_dir = Some(dir.into());
+        self
+    }
+
+    /// Starts the next job from a retained checkpoint: either a `chk-N` directory (exactly that
+    /// checkpoint) or a checkpoint storage directory (its newest valid checkpoint). The job graph
+    /// must be the same as the one checkpointed; operators after the sources may change their
+    /// parallelism (keyed state moves with its key groups).
+    pub fn restore_from(&self, path: impl Into<PathBuf>) -> &Self {
+        self.lock().restore_from = Some(path.into());
+        self
+    }
+
+    /// What a failure leads to. Default: [`RestartStrategy::none`] without checkpointing,
+    /// exponential backoff with it.
+    pub fn set_restart_strategy(&self, strategy: RestartStrategy) -> &Self {
+        self.lock().restart = Some(strategy);
+        self
+    }
+
     /// A bounded source over the items of `iter`, split into contiguous shares across subtasks.
     pub fn from_iter<T: Data + Sync, I: IntoIterator<Item = T>>(&self, iter: I) -> DataStream<T> {
         let data: Arc<Vec<T>> = Arc::new(iter.into_iter().collect());
-        self.add_source("Source: Collection", move |ctx| {
-            Box::new(IterReader::new(data.clone(), ctx))
+        self.add_source("Source: Collection", move |ctx, restored| {
+            Ok(Box::new(IterReader::new(data.clone(), ctx, restored)?))
         })
     }
 
@@ -102,15 +163,21 @@ impl StreamEnvironment {
         T: Data,
         F: Fn(u64) -> T + Clone + Send + Sync + 'static,
     {
-        self.add_source("Source: Generator", move |ctx| {
-            Box::new(GeneratorReader::new(&generator, ctx))
+        self.add_source("Source: Generator", move |ctx, restored| {
+            Ok(Box::new(GeneratorReader::new(&generator, ctx, restored)?))
         })
     }
 
     pub(crate) fn add_source<T: Data>(
         &self,
         name: &str,
-        make: impl Fn(&OperatorContext) -> Box<dyn SourceReader<T>> + Send + Sync + 'static,
+        make: impl Fn(
+            &OperatorContext,
+            Option<OperatorState>,
+        ) -> Result<Box<dyn SourceReader<T>>, UserError>
+        + Send
+        + Sync
+        + 'static,
     ) -> DataStream<T> {
         let factory = Arc::new(TypedSource {
             make,
@@ -139,31 +206,82 @@ impl StreamEnvironment {
                     .into(),
             )
         })?;
-        let (graph, config) = {
+        let (graph, config, checkpoints, restart, storage_dir, restore_path) = {
             let mut inner = self.lock();
-            (std::mem::take(&mut inner.graph), inner.config.clone())
+            (
+                std::mem::take(&mut inner.graph),
+                inner.config.clone(),
+                inner.checkpoints.clone(),
+                inner.restart,
+                inner.storage_dir.clone(),
+                inner.restore_from.take(),
+            )
         };
         let plan = plan(&graph, &config)?;
-        let (tasks, metrics) = deploy(&graph, &plan, &config, 0)?;
-        let metrics = Arc::new(metrics);
+        if let Some(c) = &checkpoints {
+            c.validate().map_err(JobError::InvalidJob)?;
+        }
+        let restart = match (restart, &checkpoints) {
+            (Some(r), _) => r,
+            (None, None) => RestartStrategy::none(),
+            (None, Some(_)) => default_restart_with_checkpoints()?,
+        };
+        let checkpointing = match checkpoints {
+            None => None,
+            Some(settings) => {
+                let dir = storage_dir.unwrap_or_else(|| default_dir(job_name));
+                validate_directory(&dir).map_err(|e| {
+                    JobError::InvalidJob(format!("checkpoint storage {}: {e}", dir.display()))
+                })?;
+                let retained = NonZeroUsize::new(settings.retained).ok_or_else(|| {
+                    JobError::InvalidJob("at least one checkpoint must be retained".into())
+                })?;
+                let storage: Arc<dyn CheckpointStorage> =
+                    Arc::new(LocalCheckpointStorage::new(dir, retained));
+                let persistence = Arc::new(StoragePersistence {
+                    storage: storage.clone(),
+                    fingerprint: fingerprint(&graph),
+                    max_parallelism: config.max_parallelism,
+                });
+                Some(CheckpointRun {
+                    settings,
+                    persistence,
+                    storage,
+                })
+            }
+        };
+        let spec = JobSpec {
+            graph,
+            plan,
+            config,
+            checkpointing,
+            restart,
+            restore: None,
+            restore_path,
+        };
+        let metrics = Arc::new(SharedMetrics::default());
         let cancel = CancellationToken::new();
+        let (trigger_tx, trigger_rx) = mpsc::channel(1);
         let name = job_name.to_string();
-        tracing::info!(job = %name, tasks = tasks.len(), "submitting job");
+        tracing::info!(job = %name, "submitting job");
         let started = Instant::now();
         let join = {
             let (name, cancel, metrics) = (name.clone(), cancel.clone(), metrics.clone());
             runtime.spawn(async move {
-                let result = run_tasks(tasks, cancel).await;
+                let result = run_job(spec, cancel, trigger_rx, metrics.clone()).await;
                 let duration = started.elapsed();
                 tracing::info!(job = %name, ?duration, ok = result.is_ok(), "job ended");
-                result.map(|()| JobResult {
+                result.map(|summary| JobResult {
                     job_name: name,
                     duration,
-                    metrics: metrics.snapshot(),
+                    metrics: metrics.current().snapshot(),
+                    restarts: summary.restarts,
+                    completed_checkpoints: summary.completed_checkpoints,
+                    last_checkpoint: summary.last_checkpoint,
                 })
             })
         };
-        Ok(JobHandle::new(name, join, cancel, metrics))
+        Ok(JobHandle::new(name, join, cancel, metrics, trigger_tx))
     }
 
     /// Runs the job built so far to completion.

@@ -1,7 +1,9 @@
 //! The built-in sources: a collection split across subtasks, and a generator.
 
 use crate::operator::OperatorContext;
+use crate::state::OperatorState;
 use crate::task::input::SourceReader;
+use sluice_core::codec;
 use sluice_core::{Data, UserError};
 use std::future::Future;
 use std::pin::Pin;
@@ -18,15 +20,27 @@ pub(crate) struct IterReader<T> {
 }
 
 impl<T: Data + Sync> IterReader<T> {
-    /// Subtask `s` of `p` reads elements `[s*n/p, (s+1)*n/p)`.
-    pub(crate) fn new(data: Arc<Vec<T>>, ctx: &OperatorContext) -> Self {
+    /// Subtask `s` of `p` reads elements `[s*n/p, (s+1)*n/p)`, from the restored offset if any.
+    pub(crate) fn new(
+        data: Arc<Vec<T>>,
+        ctx: &OperatorContext,
+        restored: Option<OperatorState>,
+    ) -> Result<Self, UserError> {
         let n = data.len();
         let (s, p) = (ctx.subtask_index(), ctx.parallelism());
-        IterReader {
-            data,
-            pos: s * n / p,
-            end: (s + 1) * n / p,
+        let mut pos = s * n / p;
+        let end = (s + 1) * n / p;
+        if let Some(offset) = restored_position(restored)? {
+            let offset = usize::try_from(offset)?;
+            if offset < pos || offset > end {
+                return Err(format!(
+                    "restored offset {offset} lies outside this subtask's share {pos}..{end}"
+                )
+                .into());
+            }
+            pos = offset;
         }
+        Ok(IterReader { data, pos, end })
     }
 }
 
@@ -43,6 +57,28 @@ impl<T: Data + Sync> SourceReader<T> for IterReader<T> {
         let batch = self.data[self.pos..to].to_vec();
         self.pos = to;
         Poll::Ready(Ok(Some(batch)))
+    }
+
+    fn snapshot_state(&mut self) -> Result<OperatorState, UserError> {
+        Ok(OperatorState::from_entries(vec![codec::encode(
+            &(self.pos as u64),
+        )?]))
+    }
+}
+
+/// The position stored by a source reader, if the state holds one.
+fn restored_position(restored: Option<OperatorState>) -> Result<Option<u64>, UserError> {
+    let Some(state) = restored else {
+        return Ok(None);
+    };
+    match state.entries() {
+        [] => Ok(None),
+        [one] => Ok(Some(codec::decode::<u64>(one)?)),
+        more => Err(format!(
+            "expected one source position in the restored state, found {}",
+            more.len()
+        )
+        .into()),
     }
 }
 
@@ -113,13 +149,26 @@ struct RateLimit {
 }
 
 impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> GeneratorReader<F> {
-    pub(crate) fn new(g: &Generator<F>, ctx: &OperatorContext) -> Self {
+    pub(crate) fn new(
+        g: &Generator<F>,
+        ctx: &OperatorContext,
+        restored: Option<OperatorState>,
+    ) -> Result<Self, UserError> {
         let p = ctx.parallelism() as u64;
         let s = ctx.subtask_index() as u64;
+        let next = match restored_position(restored)? {
+            Some(n) if n % p == s => n,
+            Some(n) => {
+                return Err(
+                    format!("restored index {n} does not belong to subtask {s} of {p}").into(),
+                );
+            }
+            None => s,
+        };
         let now = Instant::now();
-        GeneratorReader {
+        Ok(GeneratorReader {
             f: g.f.clone(),
-            next: s,
+            next,
             stride: p,
             end: g.count,
             rate: g.rate.map(|r| RateLimit {
@@ -128,7 +177,7 @@ impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> GeneratorReader<F
                 produced: 0,
                 sleep: Box::pin(tokio::time::sleep_until(now)),
             }),
-        }
+        })
     }
 }
 
@@ -167,5 +216,11 @@ impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> SourceReader<T>
         let batch: Vec<T> = (0..n).map(|k| f(start + k * stride)).collect();
         self.next = start + n * stride;
         Poll::Ready(Ok(Some(batch)))
+    }
+
+    fn snapshot_state(&mut self) -> Result<OperatorState, UserError> {
+        Ok(OperatorState::from_entries(vec![codec::encode(
+            &self.next,
+        )?]))
     }
 }

@@ -1,10 +1,11 @@
 //! The input gate: a task's input channels, read fairly, with their watermarks merged.
 
 use super::ChannelReceiver;
+use crate::checkpoint::{AlignEvent, BarrierAligner};
 use crate::error::TaskError;
 use crate::task::input::{InputEvent, TaskInput};
 use crate::watermark::{ValveOutput, WatermarkValve};
-use sluice_core::{Data, StreamElement};
+use sluice_core::{CheckpointBarrier, Data, StreamElement};
 use std::collections::VecDeque;
 use std::task::{Context, Poll};
 
@@ -20,6 +21,8 @@ pub(crate) struct InputGate<T> {
     next: usize,
     live: usize,
     valve: WatermarkValve,
+    aligner: BarrierAligner,
+    barrier: Option<CheckpointBarrier>,
     pending: VecDeque<InputEvent<T>>,
     description: String,
 }
@@ -35,8 +38,26 @@ impl<T: Data> InputGate<T> {
             next: 0,
             live: n,
             valve: WatermarkValve::new(n),
+            aligner: BarrierAligner::new(n),
+            barrier: None,
             pending: VecDeque::new(),
             description,
+        }
+    }
+
+    /// Queues what barrier alignment decided.
+    fn queue_alignment(&mut self, events: Vec<AlignEvent>, barrier: CheckpointBarrier) {
+        for e in events {
+            match e {
+                AlignEvent::Abandoned(id) => self.pending.push_back(InputEvent::Abandoned(id)),
+                AlignEvent::Aligned(id) => {
+                    self.pending
+                        .push_back(InputEvent::Barrier(CheckpointBarrier {
+                            id: sluice_core::CheckpointId(id),
+                            ..barrier
+                        }))
+                }
+            }
         }
     }
 
@@ -52,6 +73,10 @@ impl<T: Data> InputGate<T> {
 }
 
 impl<T: Data> TaskInput<T> for InputGate<T> {
+    fn abort_checkpoint(&mut self, id: u64) {
+        self.aligner.abandon(id);
+    }
+
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<InputEvent<T>, TaskError>> {
         if let Some(e) = self.pending.pop_front() {
             return Poll::Ready(Ok(e));
@@ -63,7 +88,7 @@ impl<T: Data> TaskInput<T> for InputGate<T> {
         let mut tried = 0;
         while tried < n {
             let i = self.next;
-            if self.channels[i].ended {
+            if self.channels[i].ended || self.aligner.is_blocked(i) {
                 self.next = (i + 1) % n;
                 tried += 1;
                 continue;
@@ -82,16 +107,19 @@ impl<T: Data> TaskInput<T> for InputGate<T> {
                     self.queue_valve(out);
                 }
                 Poll::Ready(Some(StreamElement::Barrier(b))) => {
-                    return Poll::Ready(Err(TaskError::Internal(format!(
-                        "{}: checkpoint barrier {} arrived but checkpointing is not enabled",
-                        self.description, b.id
-                    ))));
+                    let events = self.aligner.on_barrier(i, b.id.0);
+                    self.barrier = Some(b);
+                    self.queue_alignment(events, b);
                 }
                 Poll::Ready(Some(StreamElement::EndOfInput)) => {
                     self.channels[i].ended = true;
                     self.live -= 1;
                     let out = self.valve.on_end(i);
                     self.queue_valve(out);
+                    let events = self.aligner.on_end(i);
+                    if let Some(b) = self.barrier {
+                        self.queue_alignment(events, b);
+                    }
                     if self.live == 0 {
                         self.pending.push_back(InputEvent::End);
                     }

@@ -9,10 +9,10 @@ use super::ChannelSender;
 use super::partitioner::{Partitioner, key_group, subtask_for_key_group};
 use crate::error::TaskError;
 use crate::operator::OperatorContext;
-use crate::state::OperatorState;
 use crate::task::chain::{ChainStage, failure};
+use crate::task::control::TaskSnapshot;
 use sluice_core::{
-    CheckpointId, Data, NodeId, OperatorEvent, StreamElement, Watermark, WatermarkStatus,
+    CheckpointBarrier, Data, NodeId, OperatorEvent, StreamElement, Watermark, WatermarkStatus,
 };
 use std::collections::VecDeque;
 use std::hash::Hash;
@@ -284,11 +284,20 @@ impl<T: Data, R: Route<T>> ChainStage<T> for NetworkWriter<T, R> {
         )))
     }
 
-    fn snapshot(
+    fn checkpoint(
         &mut self,
-        _checkpoint: CheckpointId,
-        _out: &mut Vec<(NodeId, OperatorState)>,
+        barrier: CheckpointBarrier,
+        _out: &mut TaskSnapshot,
     ) -> Result<(), TaskError> {
+        // After end of input nobody reads the channels any more; a finished task's checkpoint
+        // needs no barrier downstream (the consumers have finished too).
+        if !self.ended {
+            self.buffers.broadcast(StreamElement::Barrier(barrier));
+        }
+        Ok(())
+    }
+
+    fn notify_checkpoint(&mut self, _id: u64, _complete: bool) -> Result<(), TaskError> {
         Ok(())
     }
 }

@@ -12,11 +12,13 @@ use crate::exchange::writer::{
 use crate::exchange::{ChannelReceiver, ChannelSender, channel, gate::InputGate};
 use crate::graph::Partitioning;
 use crate::operator::{Operator, OperatorContext};
-use crate::task::chain::{ChainStage, NullStage, OperatorStage, TeeStage};
+use crate::state::OperatorState;
+use crate::task::chain::{ChainStage, NullStage, OperatorStage, TeeStage, failure};
+use crate::task::control::TaskMailbox;
 use crate::task::input::{SourceInput, SourceReader};
 use crate::task::runner::Task;
 use futures::future::BoxFuture;
-use sluice_core::Data;
+use sluice_core::{Data, UserError};
 use std::any::Any;
 use std::hash::Hash;
 use std::marker::PhantomData;
@@ -50,6 +52,7 @@ pub(crate) struct TaskParts {
     pub(crate) metrics: Vec<Arc<crate::metrics::OperatorMetrics>>,
     pub(crate) description: String,
     pub(crate) batch_size: usize,
+    pub(crate) mailbox: TaskMailbox,
 }
 
 /// Builds the reader of a source node, per subtask.
@@ -59,6 +62,7 @@ pub(crate) trait SourceFactory: Send + Sync {
         ctx: OperatorContext,
         next: AnyBox,
         parts: TaskParts,
+        restored: Option<OperatorState>,
     ) -> Result<Box<dyn RunnableTask>, JobError>;
 }
 
@@ -71,24 +75,39 @@ pub(crate) struct TypedSource<T, F> {
 impl<T, F> SourceFactory for TypedSource<T, F>
 where
     T: Data,
-    F: Fn(&OperatorContext) -> Box<dyn SourceReader<T>> + Send + Sync,
+    F: Fn(&OperatorContext, Option<OperatorState>) -> Result<Box<dyn SourceReader<T>>, UserError>
+        + Send
+        + Sync,
 {
     fn build_task(
         &self,
         ctx: OperatorContext,
         next: AnyBox,
         parts: TaskParts,
+        restored: Option<OperatorState>,
     ) -> Result<Box<dyn RunnableTask>, JobError> {
         let chain = downcast::<Stage<T>>(next, "a source to its chain")?;
-        let reader = (self.make)(&ctx);
+        let reader = (self.make)(&ctx, restored).map_err(|e| {
+            failure(&ctx, format!("creating the source reader failed: {e}")).into_job_error()
+        })?;
         let input = SourceInput::new(reader, ctx, parts.batch_size);
-        Ok(Box::new(Task::new(Box::new(input), chain, parts.metrics)))
+        Ok(Box::new(Task::new(
+            Box::new(input),
+            chain,
+            parts.metrics,
+            parts.mailbox,
+        )))
     }
 }
 
 /// Builds the stage of an operator node, and the task when the node heads a chain.
 pub(crate) trait OperatorFactory: Send + Sync {
-    fn build_stage(&self, ctx: OperatorContext, next: AnyBox) -> Result<AnyBox, JobError>;
+    fn build_stage(
+        &self,
+        ctx: OperatorContext,
+        next: AnyBox,
+        restored: Option<OperatorState>,
+    ) -> Result<AnyBox, JobError>;
     fn build_task(
         &self,
         receivers: Vec<AnyBox>,
@@ -120,10 +139,15 @@ fn clone_locked<X: Clone>(m: &Mutex<X>) -> X {
 }
 
 impl<In: Data, Op: Operator<In> + Clone> OperatorFactory for TypedOperator<In, Op> {
-    fn build_stage(&self, ctx: OperatorContext, next: AnyBox) -> Result<AnyBox, JobError> {
+    fn build_stage(
+        &self,
+        ctx: OperatorContext,
+        next: AnyBox,
+        restored: Option<OperatorState>,
+    ) -> Result<AnyBox, JobError> {
         let next = downcast::<Stage<Op::Out>>(next, "an operator to its successor")?;
         let op = clone_locked(&self.op);
-        let stage: Stage<In> = Box::new(OperatorStage::new(op, ctx, next));
+        let stage: Stage<In> = Box::new(OperatorStage::new(op, ctx, next, restored));
         Ok(Box::new(stage))
     }
 
@@ -139,7 +163,12 @@ impl<In: Data, Op: Operator<In> + Clone> OperatorFactory for TypedOperator<In, O
             .map(|r| downcast::<ChannelReceiver<In>>(r, "an input channel"))
             .collect::<Result<Vec<_>, _>>()?;
         let gate = InputGate::new(receivers, parts.description);
-        Ok(Box::new(Task::new(Box::new(gate), head, parts.metrics)))
+        Ok(Box::new(Task::new(
+            Box::new(gate),
+            head,
+            parts.metrics,
+            parts.mailbox,
+        )))
     }
 }
 

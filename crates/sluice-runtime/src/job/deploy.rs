@@ -6,9 +6,13 @@ use crate::graph::{NodeKind, StreamGraph};
 use crate::job::JobConfig;
 use crate::job::plan::Plan;
 use crate::metrics::{JobMetrics, OperatorMetrics, SubtaskMetrics};
-use crate::operator::OperatorContext;
+use crate::operator::{ContextParts, OperatorContext};
+use crate::state::{OperatorState, redistribute};
+use crate::task::control::{TaskControl, TaskMailbox, TaskReport};
 use sluice_core::{AttemptNumber, NodeId};
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use tokio::sync::mpsc;
 
 /// Live metrics of every operator subtask of a running job.
 #[derive(Default)]
@@ -34,13 +38,88 @@ pub(crate) struct DeployedTask {
     pub(crate) task: Box<dyn RunnableTask>,
 }
 
-/// Builds every task of the job for `attempt`.
+/// The state a job restarts from: per operator, the states of its subtasks when checkpointed.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RestoreState {
+    /// The checkpoint.
+    pub(crate) checkpoint_id: u64,
+    /// Per operator node, one state per old subtask, in subtask order.
+    pub(crate) operators: BTreeMap<NodeId, Vec<OperatorState>>,
+}
+
+/// Everything deployment built: the tasks and the master's ends of their mailboxes.
+pub(crate) struct Deployment {
+    pub(crate) tasks: Vec<DeployedTask>,
+    pub(crate) metrics: MetricsRegistry,
+    /// One control sender per task, in task order.
+    pub(crate) controls: Vec<mpsc::Sender<TaskControl>>,
+    /// Reports from every task.
+    pub(crate) reports: mpsc::Receiver<TaskReport>,
+    /// The indices of the tasks that run sources.
+    pub(crate) source_tasks: Vec<usize>,
+}
+
+/// Messages one task's mailbox holds before the master waits.
+const CONTROL_CAPACITY: usize = 16;
+
+/// Hands each operator subtask its share of the restored state.
+fn restored_shares(
+    graph: &StreamGraph,
+    plan: &Plan,
+    config: &JobConfig,
+    restore: Option<&RestoreState>,
+) -> Result<Vec<Vec<Option<OperatorState>>>, JobError> {
+    let mut shares: Vec<Vec<Option<OperatorState>>> = graph
+        .nodes
+        .iter()
+        .map(|n| (0..plan.parallelism[n.id.0]).map(|_| None).collect())
+        .collect();
+    let Some(restore) = restore else {
+        return Ok(shares);
+    };
+    for (id, old) in &restore.operators {
+        let Some(node) = graph.nodes.get(id.0) else {
+            return Err(JobError::InvalidJob(format!(
+                "checkpoint {} holds state of operator {id}, which this job does not have",
+                restore.checkpoint_id
+            )));
+        };
+        let p = plan.parallelism[id.0];
+        if matches!(node.kind, NodeKind::Source(_)) && old.len() != p {
+            return Err(JobError::InvalidJob(format!(
+                "source '{}' ({id}) was checkpointed at parallelism {} and cannot be restored at                  parallelism {p}; keep the source's parallelism (rescale the operators after it)",
+                node.name,
+                old.len()
+            )));
+        }
+        let split = redistribute(old.clone(), p, config.max_parallelism);
+        for (s, st) in split.into_iter().enumerate() {
+            shares[id.0][s] = Some(st);
+        }
+    }
+    Ok(shares)
+}
+
+/// Builds every task of the job for `attempt`, restoring `restore` if given.
 pub(crate) fn deploy(
     graph: &StreamGraph,
     plan: &Plan,
     config: &JobConfig,
     attempt: AttemptNumber,
-) -> Result<(Vec<DeployedTask>, MetricsRegistry), JobError> {
+    restore: Option<&RestoreState>,
+    checkpointing: bool,
+    max_concurrent_checkpoints: usize,
+) -> Result<Deployment, JobError> {
+    let mut shares = restored_shares(graph, plan, config, restore)?;
+    let task_count: usize = plan
+        .chains
+        .iter()
+        .map(|c| c.first().map_or(0, |h| plan.parallelism[h.0]))
+        .sum();
+    let (report_tx, reports) =
+        mpsc::channel(task_count.max(1) * (max_concurrent_checkpoints + 2) + 1);
+    let mut controls = Vec::with_capacity(task_count);
+    let mut source_tasks = Vec::new();
     // Contexts and metrics, per node and subtask.
     let mut registry = MetricsRegistry::default();
     let contexts: Vec<Vec<OperatorContext>> = graph
@@ -52,15 +131,16 @@ pub(crate) fn deploy(
                 .map(|s| {
                     let m = Arc::new(OperatorMetrics::default());
                     registry.entries.push((n.id, n.name.clone(), s, m.clone()));
-                    OperatorContext::new(
-                        n.id,
-                        n.name.clone(),
-                        s,
-                        p,
-                        config.max_parallelism,
-                        attempt,
-                        m,
-                    )
+                    OperatorContext::new(ContextParts {
+                        operator_id: n.id,
+                        operator_name: n.name.clone(),
+                        subtask_index: s,
+                        parallelism: p,
+                        max_parallelism: config.max_parallelism,
+                        attempt_number: attempt,
+                        metrics: m,
+                        checkpointing,
+                    })
                 })
                 .collect()
         })
@@ -123,9 +203,19 @@ pub(crate) fn deploy(
             };
             for id in chain.iter().rev() {
                 if let NodeKind::Operator(f) = &graph.nodes[id.0].kind {
-                    next = f.build_stage(contexts[id.0][s].clone(), next)?;
+                    let restored = shares[id.0][s].take();
+                    next = f.build_stage(contexts[id.0][s].clone(), next, restored)?;
                 }
             }
+            let task_index = tasks.len();
+            let (control_tx, control) = mpsc::channel(CONTROL_CAPACITY);
+            controls.push(control_tx);
+            let mailbox = TaskMailbox {
+                task: task_index,
+                control,
+                reports: report_tx.clone(),
+                checkpointing,
+            };
             let parts = TaskParts {
                 metrics: chain
                     .iter()
@@ -133,10 +223,15 @@ pub(crate) fn deploy(
                     .collect(),
                 description: format!("task '{chain_name}', subtask {s} of {p}"),
                 batch_size: config.batch_size,
+                mailbox,
             };
             let description = parts.description.clone();
             let task = match &graph.nodes[head.0].kind {
-                NodeKind::Source(f) => f.build_task(contexts[head.0][s].clone(), next, parts)?,
+                NodeKind::Source(f) => {
+                    source_tasks.push(task_index);
+                    let restored = shares[head.0][s].take();
+                    f.build_task(contexts[head.0][s].clone(), next, parts, restored)?
+                }
                 NodeKind::Operator(f) => {
                     let rx = std::mem::take(&mut receivers[head.0][s]);
                     f.build_task(rx, next, parts)?
@@ -145,5 +240,11 @@ pub(crate) fn deploy(
             tasks.push(DeployedTask { description, task });
         }
     }
-    Ok((tasks, registry))
+    Ok(Deployment {
+        tasks,
+        metrics: registry,
+        controls,
+        reports,
+        source_tasks,
+    })
 }

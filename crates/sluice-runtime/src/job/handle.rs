@@ -1,13 +1,14 @@
 //! [`JobHandle`] and [`JobResult`]: watching, cancelling and awaiting a submitted job.
 
 use crate::error::JobError;
-use crate::job::deploy::MetricsRegistry;
+use crate::job::master::SharedMetrics;
 use crate::metrics::JobMetrics;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -18,8 +19,14 @@ pub struct JobResult {
     pub job_name: String,
     /// Wall-clock time from submission to the end.
     pub duration: Duration,
-    /// Final metrics of every operator subtask.
+    /// Final metrics of every operator subtask (of the last attempt, after restarts).
     pub metrics: JobMetrics,
+    /// How many times the job was restarted after a failure.
+    pub restarts: u32,
+    /// How many checkpoints completed.
+    pub completed_checkpoints: u64,
+    /// The id of the last completed checkpoint.
+    pub last_checkpoint: Option<u64>,
 }
 
 /// A running job: await it for its [`JobResult`], read its metrics, or cancel it.
@@ -40,7 +47,8 @@ pub struct JobHandle {
     name: String,
     join: JoinHandle<Result<JobResult, JobError>>,
     cancel: CancellationToken,
-    metrics: Arc<MetricsRegistry>,
+    metrics: Arc<SharedMetrics>,
+    triggers: mpsc::Sender<()>,
 }
 
 impl JobHandle {
@@ -48,14 +56,22 @@ impl JobHandle {
         name: String,
         join: JoinHandle<Result<JobResult, JobError>>,
         cancel: CancellationToken,
-        metrics: Arc<MetricsRegistry>,
+        metrics: Arc<SharedMetrics>,
+        triggers: mpsc::Sender<()>,
     ) -> Self {
         JobHandle {
             name,
             join,
             cancel,
             metrics,
+            triggers,
         }
+    }
+
+    /// Asks for a checkpoint now (as soon as the checkpoint rules allow). Does nothing when
+    /// checkpointing is disabled or a request is already waiting.
+    pub fn trigger_checkpoint(&self) {
+        let _ = self.triggers.try_send(());
     }
 
     /// The job's name.
@@ -71,7 +87,7 @@ impl JobHandle {
 
     /// The metrics of every operator subtask, as of now.
     pub fn metrics(&self) -> JobMetrics {
-        self.metrics.snapshot()
+        self.metrics.current().snapshot()
     }
 
     /// Whether the job has ended.

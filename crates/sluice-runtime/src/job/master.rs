@@ -1,63 +1,411 @@
-//! The job master: runs the tasks, stops them all on the first failure or on cancel.
+//! The job master: runs the tasks, drives checkpoints, restarts after failures.
+//!
+//! One async loop per job. It spawns the tasks of an attempt, then reacts to what happens:
+//! reports from tasks (checkpoint acknowledgements, declines, finished input), the checkpoint
+//! planner's deadlines, on-demand triggers, persisted checkpoints, task exits and failures, and
+//! cancel. It carries out the [`CheckpointPlanner`]'s decisions; the restart strategy decides what
+//! a failure leads to. On failure every task of the attempt is aborted and awaited before anything
+//! else happens (global failover), so no task of an old attempt keeps running.
 
+use crate::checkpoint::{CheckpointPlanner, Decision};
 use crate::error::{JobError, TaskError};
-use crate::job::deploy::DeployedTask;
+use crate::failover::{FailureHistory, RestartDecision, RestartStrategy};
+use crate::graph::StreamGraph;
+use crate::job::JobConfig;
+use crate::job::checkpointing::{CheckpointRun, CompletedCheckpoint, fingerprint, load_restore};
+use crate::job::deploy::{DeployedTask, Deployment, MetricsRegistry, RestoreState, deploy};
+use crate::job::plan::Plan;
+use crate::task::control::{TaskControl, TaskReport, TaskSnapshot};
+use sluice_core::{CheckpointBarrier, CheckpointId};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// Runs `tasks` until all finish, one fails, or `cancel` fires.
-///
-/// On failure every other task is aborted and awaited before this returns, so no task of the job
-/// is left running. When several tasks fail, a root cause (user code) is reported in preference
-/// to the failures it caused (peers that lost a channel).
-pub(crate) async fn run_tasks(
-    tasks: Vec<DeployedTask>,
-    cancel: CancellationToken,
-) -> Result<(), JobError> {
-    let mut set = JoinSet::new();
-    for t in tasks {
-        let description = t.description;
-        let fut = t.task.run();
-        set.spawn(async move {
-            let r = fut.await;
-            if let Err(e) = &r {
-                tracing::debug!(task = %description, error = ?e, "task failed");
-            }
-            r
-        });
+/// Everything the master needs to run a job.
+pub(crate) struct JobSpec {
+    pub(crate) graph: StreamGraph,
+    pub(crate) plan: Plan,
+    pub(crate) config: JobConfig,
+    pub(crate) checkpointing: Option<CheckpointRun>,
+    pub(crate) restart: RestartStrategy,
+    pub(crate) restore: Option<RestoreState>,
+    /// Where to restore from before the first attempt (a checkpoint or storage directory).
+    pub(crate) restore_path: Option<std::path::PathBuf>,
+}
+
+/// What a successful run reports besides metrics.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RunSummary {
+    pub(crate) restarts: u32,
+    pub(crate) completed_checkpoints: u64,
+    pub(crate) last_checkpoint: Option<u64>,
+}
+
+/// The metrics of the attempt running now, swapped at each restart.
+#[derive(Default)]
+pub(crate) struct SharedMetrics(Mutex<Arc<MetricsRegistry>>);
+
+impl SharedMetrics {
+    pub(crate) fn current(&self) -> Arc<MetricsRegistry> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
-    let mut first: Option<TaskError> = None;
+    fn set(&self, m: Arc<MetricsRegistry>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = m;
+    }
+}
+
+enum AttemptEnd {
+    Finished,
+    Cancelled,
+    Failed(JobError),
+}
+
+/// Runs the job to its end: success, cancel, or a failure the restart strategy gives up on.
+pub(crate) async fn run_job(
+    mut spec: JobSpec,
+    cancel: CancellationToken,
+    mut triggers: mpsc::Receiver<()>,
+    metrics: Arc<SharedMetrics>,
+) -> Result<RunSummary, JobError> {
+    let start = Instant::now();
+    let mut history = FailureHistory::new();
+    let mut summary = RunSummary::default();
+    let task_count: usize = spec
+        .plan
+        .chains
+        .iter()
+        .map(|c| c.first().map_or(0, |h| spec.plan.parallelism[h.0]))
+        .sum();
+    let fingerprint = fingerprint(&spec.graph);
+    if let Some(path) = &spec.restore_path {
+        let restored = load_restore(path, &fingerprint).await?;
+        tracing::info!(checkpoint = restored.checkpoint_id, path = %path.display(), "restoring");
+        spec.restore = Some(restored);
+    }
+    let mut stored_max = 0;
+    if let Some(c) = &spec.checkpointing {
+        let storage_error = |e: crate::storage::StorageError| {
+            JobError::InvalidJob(format!(
+                "checkpoint storage {} is not usable: {e}",
+                c.storage.location()
+            ))
+        };
+        c.storage.initialize().await.map_err(storage_error)?;
+        stored_max = c
+            .storage
+            .completed()
+            .await
+            .map_err(storage_error)?
+            .last()
+            .map_or(0, |id| id.0);
+        tracing::info!(location = %c.storage.location(), "checkpoints are stored here");
+    }
+    let mut planner = spec.checkpointing.as_ref().map(|c| {
+        let last = spec
+            .restore
+            .as_ref()
+            .map_or(0, |r| r.checkpoint_id)
+            .max(stored_max);
+        CheckpointPlanner::new(c.settings.clone(), task_count, last)
+    });
+    let mut attempt = 0u32;
     loop {
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled(), if first.is_none() => {
-                set.abort_all();
-                while set.join_next().await.is_some() {}
-                return Err(JobError::Cancelled);
-            }
-            joined = set.join_next() => {
-                let Some(joined) = joined else { break };
-                let err = match joined {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(e)) => e,
-                    Err(j) if j.is_cancelled() => continue,
-                    Err(j) => TaskError::Internal(format!("a task panicked outside user code: {j}")),
-                };
-                if first.is_none() {
-                    set.abort_all();
-                }
-                let replace = match &first {
-                    None => true,
-                    Some(f) => !f.is_root_cause() && err.is_root_cause(),
-                };
-                if replace {
-                    first = Some(err);
+        let max_concurrent = spec
+            .checkpointing
+            .as_ref()
+            .map_or(1, |c| c.settings.max_concurrent);
+        let deployment = deploy(
+            &spec.graph,
+            &spec.plan,
+            &spec.config,
+            attempt,
+            spec.restore.as_ref(),
+            spec.checkpointing.is_some(),
+            max_concurrent,
+        )?;
+        if let Some(p) = planner.as_mut() {
+            p.on_restart(ms_since(start));
+        }
+        let Deployment {
+            tasks,
+            metrics: registry,
+            controls,
+            reports,
+            source_tasks,
+        } = deployment;
+        metrics.set(Arc::new(registry));
+        let end = Attempt {
+            controls,
+            reports,
+            source_tasks,
+            planner: planner.as_mut(),
+            checkpointing: spec.checkpointing.as_ref(),
+            start,
+            pending: BTreeMap::new(),
+            latest: &mut spec.restore,
+            summary: &mut summary,
+        }
+        .run(tasks, &cancel, &mut triggers)
+        .await;
+        match end {
+            AttemptEnd::Finished => return Ok(summary),
+            AttemptEnd::Cancelled => return Err(JobError::Cancelled),
+            AttemptEnd::Failed(err) => {
+                let at = start.elapsed();
+                match spec.restart.on_failure(&mut history, at) {
+                    RestartDecision::GiveUp { attempts } => {
+                        return Err(if attempts == 0 && spec.restart.is_none() {
+                            err
+                        } else {
+                            JobError::RestartsExhausted {
+                                attempts,
+                                last: Box::new(err),
+                            }
+                        });
+                    }
+                    RestartDecision::Restart { after } => {
+                        tracing::warn!(error = %err, attempt, ?after, "job failed; restarting");
+                        summary.restarts += 1;
+                        attempt += 1;
+                        tokio::select! {
+                            _ = cancel.cancelled() => return Err(JobError::Cancelled),
+                            _ = tokio::time::sleep(after) => {}
+                        }
+                    }
                 }
             }
         }
     }
-    match first {
-        Some(e) => Err(e.into_job_error()),
-        None => Ok(()),
+}
+
+fn ms_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One attempt: the tasks of one deployment and the checkpoints taken meanwhile.
+struct Attempt<'a> {
+    controls: Vec<mpsc::Sender<TaskControl>>,
+    reports: mpsc::Receiver<TaskReport>,
+    source_tasks: Vec<usize>,
+    planner: Option<&'a mut CheckpointPlanner>,
+    checkpointing: Option<&'a CheckpointRun>,
+    start: Instant,
+    /// Acknowledged state of pending checkpoints.
+    pending: BTreeMap<u64, TaskSnapshot>,
+    latest: &'a mut Option<RestoreState>,
+    summary: &'a mut RunSummary,
+}
+
+impl Attempt<'_> {
+    async fn run(
+        mut self,
+        tasks: Vec<DeployedTask>,
+        cancel: &CancellationToken,
+        triggers: &mut mpsc::Receiver<()>,
+    ) -> AttemptEnd {
+        let mut set = JoinSet::new();
+        for t in tasks {
+            let description = t.description;
+            let fut = t.task.run();
+            set.spawn(async move {
+                let r = fut.await;
+                if let Err(e) = &r {
+                    tracing::debug!(task = %description, error = ?e, "task failed");
+                }
+                r
+            });
+        }
+        let mut persisting: JoinSet<(u64, Result<CompletedCheckpoint, String>)> = JoinSet::new();
+        loop {
+            let deadline = self
+                .planner
+                .as_ref()
+                .and_then(|p| p.next_deadline_ms())
+                .map(|ms| self.start + Duration::from_millis(ms));
+            let decisions = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    set.abort_all();
+                    while set.join_next().await.is_some() {}
+                    return AttemptEnd::Cancelled;
+                }
+                joined = set.join_next() => {
+                    let err = match joined {
+                        None => return AttemptEnd::Finished,
+                        Some(Ok(Ok(()))) => continue,
+                        Some(Ok(Err(e))) => e,
+                        Some(Err(j)) if j.is_cancelled() => continue,
+                        Some(Err(j)) => TaskError::Internal(format!("a task panicked outside user code: {j}")),
+                    };
+                    return AttemptEnd::Failed(fail_all(set, err).await);
+                }
+                Some(report) = self.reports.recv() => self.on_report(report),
+                Some(done) = persisting.join_next(), if !persisting.is_empty() => {
+                    let now = ms_since(self.start);
+                    match done {
+                        Ok((_, Ok(cp))) => {
+                            let id = cp.id;
+                            *self.latest = Some(cp.restore_state());
+                            self.summary.completed_checkpoints += 1;
+                            self.summary.last_checkpoint = Some(id);
+                            self.planner.as_mut().map(|p| p.on_persisted(id, now)).unwrap_or_default()
+                        }
+                        Ok((id, Err(reason))) => self
+                            .planner
+                            .as_mut()
+                            .map(|p| p.on_persist_failed(id, &reason, now))
+                            .unwrap_or_default(),
+                        Err(j) => {
+                            set.abort_all();
+                            while set.join_next().await.is_some() {}
+                            return AttemptEnd::Failed(JobError::Internal(format!(
+                                "writing a checkpoint panicked: {j}"
+                            )));
+                        }
+                    }
+                }
+                Some(()) = triggers.recv() => {
+                    let now = ms_since(self.start);
+                    self.planner.as_mut().map(|p| { p.request_trigger(); p.on_time(now) }).unwrap_or_default()
+                }
+                _ = sleep_until(deadline) => {
+                    let now = ms_since(self.start);
+                    self.planner.as_mut().map(|p| p.on_time(now)).unwrap_or_default()
+                }
+            };
+            for d in decisions {
+                self.execute(d, &mut persisting).await;
+            }
+        }
     }
+
+    fn on_report(&mut self, report: TaskReport) -> Vec<Decision> {
+        let now = ms_since(self.start);
+        let Some(planner) = self.planner.as_mut() else {
+            return Vec::new();
+        };
+        match report {
+            TaskReport::Ack {
+                task,
+                checkpoint,
+                states,
+            } => {
+                if planner.pending_ids().contains(&checkpoint) {
+                    self.pending.entry(checkpoint).or_default().extend(states);
+                }
+                planner.on_ack(task, checkpoint)
+            }
+            TaskReport::Decline {
+                task,
+                checkpoint,
+                reason,
+            } => planner.on_decline(task, checkpoint, &reason, now),
+            TaskReport::FinishedInput { task } => planner.on_task_finished(task, now),
+        }
+    }
+
+    async fn send_all(&self, msg: impl Fn() -> TaskControl) {
+        for c in &self.controls {
+            // A task that ended cannot receive; its exit is reported through the join set.
+            let _ = c.send(msg()).await;
+        }
+    }
+
+    async fn execute(
+        &mut self,
+        decision: Decision,
+        persisting: &mut JoinSet<(u64, Result<CompletedCheckpoint, String>)>,
+    ) {
+        match decision {
+            Decision::Trigger { id, timestamp_ms } => {
+                let barrier = CheckpointBarrier {
+                    id: CheckpointId(id),
+                    timestamp_ms,
+                };
+                for &t in &self.source_tasks {
+                    let _ = self.controls[t]
+                        .send(TaskControl::TriggerCheckpoint(barrier))
+                        .await;
+                }
+            }
+            Decision::TriggerFinishedTask { id, task } => {
+                let barrier = CheckpointBarrier {
+                    id: CheckpointId(id),
+                    timestamp_ms: ms_since(self.start),
+                };
+                if let Some(c) = self.controls.get(task) {
+                    let _ = c.send(TaskControl::TriggerCheckpoint(barrier)).await;
+                }
+            }
+            Decision::Persist { id } => {
+                let states = self.pending.remove(&id).unwrap_or_default();
+                let mut operators: BTreeMap<_, Vec<(usize, _)>> = BTreeMap::new();
+                for (node, subtask, state) in states {
+                    operators.entry(node).or_default().push((subtask, state));
+                }
+                let operators = operators
+                    .into_iter()
+                    .map(|(node, mut v)| {
+                        v.sort_by_key(|(s, _)| *s);
+                        (node, v.into_iter().map(|(_, st)| st).collect())
+                    })
+                    .collect();
+                let cp = CompletedCheckpoint {
+                    id,
+                    timestamp_ms: ms_since(self.start),
+                    operators,
+                };
+                let persistence = self.checkpointing.map(|c| c.persistence.clone());
+                persisting.spawn(async move {
+                    let Some(p) = persistence else {
+                        return (id, Ok(cp));
+                    };
+                    let written = p.persist(cp.clone()).await;
+                    (id, written.map(|()| cp))
+                });
+            }
+            Decision::NotifyComplete { id } => {
+                self.send_all(|| TaskControl::NotifyComplete(id)).await;
+            }
+            Decision::Abort { id, reason } => {
+                tracing::info!(checkpoint = id, %reason, "checkpoint aborted");
+                self.pending.remove(&id);
+                self.send_all(|| TaskControl::NotifyAborted(id)).await;
+                if let Some(c) = self.checkpointing {
+                    let p = c.persistence.clone();
+                    tokio::spawn(async move { p.discard(id).await });
+                }
+            }
+            Decision::Finish => self.send_all(|| TaskControl::Finish).await,
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Aborts every task after `first` failed and reports the root cause.
+///
+/// When several tasks fail, a root cause (user code) is reported in preference to the failures
+/// it caused (peers that lost a channel).
+async fn fail_all(mut set: JoinSet<Result<(), TaskError>>, first: TaskError) -> JobError {
+    set.abort_all();
+    let mut chosen = first;
+    while let Some(joined) = set.join_next().await {
+        if let Ok(Err(e)) = joined
+            && !chosen.is_root_cause()
+            && e.is_root_cause()
+        {
+            chosen = e;
+        }
+    }
+    chosen.into_job_error()
 }

@@ -6,6 +6,7 @@
 //! tasks on the tokio runtime: the first failure stops every other task and fails the job with
 //! the failing operator and subtask named; a cancel stops them all promptly.
 
+pub(crate) mod checkpointing;
 mod config;
 pub(crate) mod deploy;
 mod handle;

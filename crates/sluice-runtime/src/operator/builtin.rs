@@ -39,7 +39,21 @@ where
         mut batch: Vec<T>,
         out: &mut Collector<T>,
     ) -> Result<(), UserError> {
-        batch.retain(&mut self.0);
+        if std::mem::size_of::<T>() <= 16 {
+            // Branch-free compaction: on unpredictable predicates `retain`'s branch mispredicts
+            // about one record in three, which costs more than moving small records
+            // unconditionally. Kept records move forward in order; rejected ones gather behind
+            // `kept` and are dropped by the truncation.
+            let mut kept = 0;
+            for i in 0..batch.len() {
+                let keep = (self.0)(&batch[i]);
+                batch.swap(kept, i);
+                kept += usize::from(keep);
+            }
+            batch.truncate(kept);
+        } else {
+            batch.retain(&mut self.0);
+        }
         out.emit_batch(batch);
         Ok(())
     }

@@ -20,6 +20,18 @@ pub struct OperatorContext {
     inner: Arc<Inner>,
 }
 
+/// What an [`OperatorContext`] is made of.
+pub(crate) struct ContextParts {
+    pub(crate) operator_id: NodeId,
+    pub(crate) operator_name: String,
+    pub(crate) subtask_index: SubtaskIndex,
+    pub(crate) parallelism: usize,
+    pub(crate) max_parallelism: usize,
+    pub(crate) attempt_number: AttemptNumber,
+    pub(crate) metrics: Arc<OperatorMetrics>,
+    pub(crate) checkpointing: bool,
+}
+
 #[derive(Debug)]
 struct Inner {
     operator_id: NodeId,
@@ -29,42 +41,43 @@ struct Inner {
     max_parallelism: usize,
     attempt_number: AttemptNumber,
     metrics: Arc<OperatorMetrics>,
+    checkpointing: bool,
 }
 
 impl OperatorContext {
-    pub(crate) fn new(
-        operator_id: NodeId,
-        operator_name: String,
-        subtask_index: SubtaskIndex,
-        parallelism: usize,
-        max_parallelism: usize,
-        attempt_number: AttemptNumber,
-        metrics: Arc<OperatorMetrics>,
-    ) -> Self {
+    pub(crate) fn new(parts: ContextParts) -> Self {
         OperatorContext {
             inner: Arc::new(Inner {
-                operator_id,
-                operator_name,
-                subtask_index,
-                parallelism,
-                max_parallelism,
-                attempt_number,
-                metrics,
+                operator_id: parts.operator_id,
+                operator_name: parts.operator_name,
+                subtask_index: parts.subtask_index,
+                parallelism: parts.parallelism,
+                max_parallelism: parts.max_parallelism,
+                attempt_number: parts.attempt_number,
+                metrics: parts.metrics,
+                checkpointing: parts.checkpointing,
             }),
         }
     }
 
     /// A context for unit-testing an operator outside a job (operator id 0, attempt 0).
     pub fn for_test(operator_name: &str, subtask_index: SubtaskIndex, parallelism: usize) -> Self {
-        Self::new(
-            NodeId(0),
-            operator_name.to_string(),
+        Self::new(ContextParts {
+            operator_id: NodeId(0),
+            operator_name: operator_name.to_string(),
             subtask_index,
             parallelism,
-            crate::DEFAULT_MAX_PARALLELISM,
-            0,
-            Arc::new(OperatorMetrics::default()),
-        )
+            max_parallelism: crate::DEFAULT_MAX_PARALLELISM,
+            attempt_number: 0,
+            metrics: Arc::new(OperatorMetrics::default()),
+            checkpointing: false,
+        })
+    }
+
+    /// Whether the job takes checkpoints (and so ends with a final checkpoint). Sinks that commit
+    /// on checkpoints commit at end of input themselves when it does not.
+    pub fn checkpointing_enabled(&self) -> bool {
+        self.inner.checkpointing
     }
 
     /// The operator's id in the job graph.

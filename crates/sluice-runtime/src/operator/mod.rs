@@ -44,6 +44,7 @@ mod context;
 
 pub(crate) use builtin::{FilterOp, FlatMapOp, IdentityOp, MapOp, SinkOp};
 pub use collector::Collector;
+pub(crate) use context::ContextParts;
 pub use context::OperatorContext;
 
 use crate::state::OperatorState;

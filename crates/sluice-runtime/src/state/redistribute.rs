@@ -43,7 +43,7 @@ pub fn redistribute(
         .collect();
     let mut it = entries.into_iter();
     for (i, slot) in out.iter_mut().enumerate() {
-        let share = (i + 1) * n / new_parallelism - i * n / new_parallelism;
+        let share = n / new_parallelism + usize::from(i < n % new_parallelism);
         slot.0.extend(it.by_ref().take(share));
     }
     for k in keyed {

@@ -10,9 +10,10 @@ use crate::error::{TaskError, TaskFailure};
 use crate::metrics::OperatorMetrics;
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::state::OperatorState;
+use crate::task::control::TaskSnapshot;
 use sluice_core::{
-    CheckpointId, Data, OperatorEvent, StreamElement, UserError, Watermark, WatermarkStatus,
-    panic_message,
+    CheckpointBarrier, CheckpointId, Data, OperatorEvent, StreamElement, UserError, Watermark,
+    WatermarkStatus, panic_message,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -41,19 +42,20 @@ pub(crate) trait ChainStage<In>: Send {
     /// Closes every stage, head to tail; every stage is closed even if one fails.
     fn close(&mut self) -> Result<(), TaskError>;
     /// Delivers an operator event to the operator `target` of the chain.
-    #[allow(dead_code)] // called by the task mailbox once coordinators are wired (issue 4)
     fn handle_event(
         &mut self,
         target: sluice_core::NodeId,
         event: OperatorEvent,
     ) -> Result<(), TaskError>;
-    /// Snapshots every operator of the chain, head to tail, appending to `out`.
-    #[allow(dead_code)] // called at checkpoint barriers once checkpoints are wired (issue 3)
-    fn snapshot(
+    /// Snapshots every operator of the chain, head to tail, appending to `out`, and forwards
+    /// the barrier behind everything the operators emitted.
+    fn checkpoint(
         &mut self,
-        checkpoint: CheckpointId,
-        out: &mut Vec<(sluice_core::NodeId, OperatorState)>,
+        barrier: CheckpointBarrier,
+        out: &mut TaskSnapshot,
     ) -> Result<(), TaskError>;
+    /// Tells every operator that checkpoint `id` completed (`complete`) or was aborted.
+    fn notify_checkpoint(&mut self, id: u64, complete: bool) -> Result<(), TaskError>;
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -71,11 +73,17 @@ pub(crate) struct OperatorStage<In: Data, Op: Operator<In>> {
     next: Box<dyn ChainStage<Op::Out>>,
     metrics: Arc<OperatorMetrics>,
     finish: FinishState,
+    restored: Option<OperatorState>,
     _in: std::marker::PhantomData<fn(In)>,
 }
 
 impl<In: Data, Op: Operator<In>> OperatorStage<In, Op> {
-    pub(crate) fn new(op: Op, ctx: OperatorContext, next: Box<dyn ChainStage<Op::Out>>) -> Self {
+    pub(crate) fn new(
+        op: Op,
+        ctx: OperatorContext,
+        next: Box<dyn ChainStage<Op::Out>>,
+        restored: Option<OperatorState>,
+    ) -> Self {
         let metrics = ctx.metrics().clone();
         OperatorStage {
             op,
@@ -84,6 +92,7 @@ impl<In: Data, Op: Operator<In>> OperatorStage<In, Op> {
             next,
             metrics,
             finish: FinishState::Running,
+            restored,
             _in: std::marker::PhantomData,
         }
     }
@@ -145,6 +154,9 @@ pub(crate) fn failure(ctx: &OperatorContext, message: String) -> TaskError {
 
 impl<In: Data, Op: Operator<In>> ChainStage<In> for OperatorStage<In, Op> {
     fn open(&mut self) -> Result<(), TaskError> {
+        if let Some(state) = self.restored.take() {
+            self.guarded("restoring state", |op, _| op.initialize_state(state))?;
+        }
         let ctx = self.ctx.clone();
         self.guarded("open", |op, _| op.open(&ctx))?;
         self.next.open()
@@ -253,17 +265,30 @@ impl<In: Data, Op: Operator<In>> ChainStage<In> for OperatorStage<In, Op> {
         }
     }
 
-    fn snapshot(
+    fn checkpoint(
         &mut self,
-        checkpoint: CheckpointId,
-        out: &mut Vec<(sluice_core::NodeId, OperatorState)>,
+        barrier: CheckpointBarrier,
+        out: &mut TaskSnapshot,
     ) -> Result<(), TaskError> {
-        let state = self.guarded("snapshotting state", |op, o| {
-            op.snapshot_state(checkpoint, o)
-        })?;
+        let id = barrier.id;
+        let state = self.guarded("snapshotting state", |op, o| op.snapshot_state(id, o))?;
         self.forward()?;
-        out.push((self.ctx.operator_id(), state));
-        self.next.snapshot(checkpoint, out)
+        out.push((self.ctx.operator_id(), self.ctx.subtask_index(), state));
+        self.next.checkpoint(barrier, out)
+    }
+
+    fn notify_checkpoint(&mut self, id: u64, complete: bool) -> Result<(), TaskError> {
+        let cid = CheckpointId(id);
+        if complete {
+            self.guarded("notify_checkpoint_complete", |op, _| {
+                op.notify_checkpoint_complete(cid)
+            })?;
+        } else {
+            self.guarded("notify_checkpoint_aborted", |op, _| {
+                op.notify_checkpoint_aborted(cid)
+            })?;
+        }
+        self.next.notify_checkpoint(id, complete)
     }
 }
 
@@ -308,11 +333,14 @@ impl<T: Data> ChainStage<T> for NullStage {
             "an operator event for operator {target} reached a task that does not run it"
         )))
     }
-    fn snapshot(
+    fn checkpoint(
         &mut self,
-        _c: CheckpointId,
-        _out: &mut Vec<(sluice_core::NodeId, OperatorState)>,
+        _b: CheckpointBarrier,
+        _out: &mut TaskSnapshot,
     ) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn notify_checkpoint(&mut self, _id: u64, _complete: bool) -> Result<(), TaskError> {
         Ok(())
     }
 }
@@ -423,13 +451,18 @@ impl<T: Data> ChainStage<T> for TeeStage<T> {
         }
         Err(last_err.unwrap_or_else(|| TaskError::Internal("empty fan-out".into())))
     }
-    fn snapshot(
+    fn checkpoint(
         &mut self,
-        checkpoint: CheckpointId,
-        out: &mut Vec<(sluice_core::NodeId, OperatorState)>,
+        barrier: CheckpointBarrier,
+        out: &mut TaskSnapshot,
     ) -> Result<(), TaskError> {
         self.nexts
             .iter_mut()
-            .try_for_each(|n| n.snapshot(checkpoint, out))
+            .try_for_each(|n| n.checkpoint(barrier, out))
+    }
+    fn notify_checkpoint(&mut self, id: u64, complete: bool) -> Result<(), TaskError> {
+        self.nexts
+            .iter_mut()
+            .try_for_each(|n| n.notify_checkpoint(id, complete))
     }
 }

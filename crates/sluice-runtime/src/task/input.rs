@@ -3,8 +3,11 @@
 use crate::error::TaskError;
 use crate::metrics::OperatorMetrics;
 use crate::operator::OperatorContext;
+use crate::state::OperatorState;
 use crate::task::chain::failure;
-use sluice_core::{UserError, Watermark, WatermarkStatus, panic_message};
+use sluice_core::{
+    CheckpointBarrier, NodeId, SubtaskIndex, UserError, Watermark, WatermarkStatus, panic_message,
+};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -15,12 +18,31 @@ pub(crate) enum InputEvent<T> {
     Records(Vec<T>),
     Watermark(Watermark),
     Status(WatermarkStatus),
+    /// Barrier alignment finished: snapshot now.
+    Barrier(CheckpointBarrier),
+    /// A newer barrier overtook this checkpoint before it aligned: decline it.
+    Abandoned(u64),
     End,
 }
 
 /// A task's input, polled by the task loop.
 pub(crate) trait TaskInput<T>: Send {
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<InputEvent<T>, TaskError>>;
+
+    /// Whether this input is a source (checkpoints are triggered at it, not aligned).
+    fn is_source(&self) -> bool {
+        false
+    }
+
+    /// The source's own state at a checkpoint (inputs that are not sources have none).
+    fn snapshot(&mut self) -> Result<Option<(NodeId, SubtaskIndex, OperatorState)>, TaskError> {
+        Ok(None)
+    }
+
+    /// A checkpoint was aborted: stop aligning it.
+    fn abort_checkpoint(&mut self, id: u64) {
+        let _ = id;
+    }
 }
 
 /// The reading side of a source, one instance per subtask.
@@ -31,6 +53,9 @@ pub(crate) trait SourceReader<T>: Send + 'static {
         cx: &mut Context<'_>,
         max: usize,
     ) -> Poll<Result<Option<Vec<T>>, UserError>>;
+
+    /// The reader's position, for a checkpoint.
+    fn snapshot_state(&mut self) -> Result<OperatorState, UserError>;
 }
 
 /// Adapts a [`SourceReader`] to a task input: batches, then the maximum watermark, then the end.
@@ -67,6 +92,32 @@ impl<T> SourceInput<T> {
 }
 
 impl<T: Send + 'static> TaskInput<T> for SourceInput<T> {
+    fn is_source(&self) -> bool {
+        true
+    }
+
+    fn snapshot(&mut self) -> Result<Option<(NodeId, SubtaskIndex, OperatorState)>, TaskError> {
+        let reader = &mut self.reader;
+        match catch_unwind(AssertUnwindSafe(|| reader.snapshot_state())) {
+            Ok(Ok(state)) => Ok(Some((
+                self.ctx.operator_id(),
+                self.ctx.subtask_index(),
+                state,
+            ))),
+            Ok(Err(e)) => Err(failure(
+                &self.ctx,
+                format!("snapshotting the source returned an error: {e}"),
+            )),
+            Err(payload) => Err(failure(
+                &self.ctx,
+                format!(
+                    "snapshotting the source panicked: {}",
+                    panic_message(payload.as_ref())
+                ),
+            )),
+        }
+    }
+
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<InputEvent<T>, TaskError>> {
         match self.state {
             SourceState::Reading => {

@@ -6,5 +6,6 @@
 //! concurrently with itself and never blocks a worker thread.
 
 pub(crate) mod chain;
+pub(crate) mod control;
 pub(crate) mod input;
 pub(crate) mod runner;

@@ -1,25 +1,52 @@
-//! The task loop.
+//! The task loop: one async loop per subtask of a chain, Flink's mailbox.
+//!
+//! Each turn it handles, in this order: messages from the job master (checkpoint triggers and
+//! notifications, operator events), the operators' pending work, room in the output channels,
+//! and finally one input event, if every operator can take more. Input is the only thing that
+//! waits for output room: a backpressured task still takes checkpoints and operator events.
+//!
+//! Lifecycle: running → finishing (input ended; operators drain) → lingering (with checkpointing:
+//! waits for the final checkpoint, still answering triggers) → done.
 
 use crate::error::TaskError;
 use crate::metrics::OperatorMetrics;
 use crate::task::chain::ChainStage;
+use crate::task::control::{TaskControl, TaskMailbox, TaskReport};
 use crate::task::input::{InputEvent, TaskInput};
+use sluice_core::CheckpointBarrier;
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-/// How many input events a task handles before it yields to the scheduler, so that one busy task
-/// cannot starve others on its worker thread and a cancel takes effect promptly.
+/// How many input events or mailbox messages a task handles before it yields to the scheduler,
+/// so that one busy task cannot starve others on its worker thread and a cancel takes effect
+/// promptly.
 const EVENTS_PER_POLL: u32 = 64;
 
-/// One subtask of one chain: an input, the chain, and the metrics it reports busy time into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Running,
+    Finishing,
+    Lingering,
+}
+
+/// One subtask of one chain: an input, the chain, its mailbox, and the metrics it reports busy
+/// time into.
 pub(crate) struct Task<T> {
     input: Box<dyn TaskInput<T>>,
     chain: Box<dyn ChainStage<T>>,
     metrics: Vec<Arc<OperatorMetrics>>,
-    input_done: bool,
+    mailbox: TaskMailbox,
+    phase: Phase,
+    last_checkpoint: u64,
+    deferred_trigger: Option<CheckpointBarrier>,
     backpressured_since: Option<Instant>,
+}
+
+enum Step {
+    Continue,
+    Exit,
 }
 
 impl<T: Send + 'static> Task<T> {
@@ -27,17 +54,21 @@ impl<T: Send + 'static> Task<T> {
         input: Box<dyn TaskInput<T>>,
         chain: Box<dyn ChainStage<T>>,
         metrics: Vec<Arc<OperatorMetrics>>,
+        mailbox: TaskMailbox,
     ) -> Self {
         Task {
             input,
             chain,
             metrics,
-            input_done: false,
+            mailbox,
+            phase: Phase::Running,
+            last_checkpoint: 0,
+            deferred_trigger: None,
             backpressured_since: None,
         }
     }
 
-    /// Runs the task to the end of its input (or until it fails), then closes its operators.
+    /// Runs the task to the end (or until it fails), then closes its operators.
     pub(crate) async fn run(mut self) -> Result<(), TaskError> {
         let opened = self.chain.open();
         let result = match opened {
@@ -72,9 +103,79 @@ impl<T: Send + 'static> Task<T> {
         }
     }
 
+    fn report(&self, report: TaskReport) -> Result<(), TaskError> {
+        self.mailbox.reports.try_send(report).map_err(|e| {
+            TaskError::PeerGone(format!(
+                "task {} could not report to the job master: {e}",
+                self.mailbox.task
+            ))
+        })
+    }
+
+    /// Snapshots the source (if any) and every operator, forwards the barrier, acknowledges.
+    fn take_checkpoint(&mut self, barrier: CheckpointBarrier) -> Result<(), TaskError> {
+        let id = barrier.id.0;
+        if id <= self.last_checkpoint {
+            return Ok(());
+        }
+        let mut states = Vec::new();
+        if let Some(s) = self.input.snapshot()? {
+            states.push(s);
+        }
+        self.chain.checkpoint(barrier, &mut states)?;
+        self.last_checkpoint = id;
+        self.report(TaskReport::Ack {
+            task: self.mailbox.task,
+            checkpoint: id,
+            states,
+        })
+    }
+
+    fn handle_control(&mut self, msg: TaskControl) -> Result<Step, TaskError> {
+        match msg {
+            TaskControl::TriggerCheckpoint(b) => match self.phase {
+                Phase::Running if self.input.is_source() => self.take_checkpoint(b)?,
+                Phase::Lingering => self.take_checkpoint(b)?,
+                Phase::Finishing => self.deferred_trigger = Some(b),
+                // Barriers reach tasks that are not sources through their inputs.
+                Phase::Running => {}
+            },
+            TaskControl::NotifyComplete(id) => self.chain.notify_checkpoint(id, true)?,
+            TaskControl::NotifyAborted(id) => {
+                self.input.abort_checkpoint(id);
+                self.chain.notify_checkpoint(id, false)?;
+            }
+            TaskControl::OperatorEvent { target, event } => {
+                self.chain.handle_event(target, event)?
+            }
+            TaskControl::Finish => return Ok(Step::Exit),
+        }
+        Ok(Step::Continue)
+    }
+
     fn poll_loop(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
         let mut budget = EVENTS_PER_POLL;
         loop {
+            if budget == 0 {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            match self.mailbox.control.poll_recv(cx) {
+                Poll::Ready(Some(msg)) => {
+                    budget -= 1;
+                    match self.handle_control(msg)? {
+                        Step::Continue => continue,
+                        Step::Exit => return Poll::Ready(Ok(())),
+                    }
+                }
+                Poll::Ready(None) => {
+                    return Poll::Ready(Err(TaskError::PeerGone(format!(
+                        "task {}: the job master went away",
+                        self.mailbox.task
+                    ))));
+                }
+                Poll::Pending => {}
+            }
             let progressed = self.chain.poll_work(cx)?;
             match self.chain.poll_flush(cx) {
                 Poll::Ready(Ok(())) => self.note_backpressure(false),
@@ -87,14 +188,27 @@ impl<T: Send + 'static> Task<T> {
             if progressed {
                 continue;
             }
-            if self.input_done {
-                return self.chain.poll_finish(cx);
+            match self.phase {
+                Phase::Lingering => return Poll::Pending,
+                Phase::Finishing => match self.chain.poll_finish(cx)? {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(()) => {
+                        if !self.mailbox.checkpointing {
+                            return Poll::Ready(Ok(()));
+                        }
+                        self.phase = Phase::Lingering;
+                        self.report(TaskReport::FinishedInput {
+                            task: self.mailbox.task,
+                        })?;
+                        if let Some(b) = self.deferred_trigger.take() {
+                            self.take_checkpoint(b)?;
+                        }
+                        continue;
+                    }
+                },
+                Phase::Running => {}
             }
             if self.chain.input_blocked() {
-                return Poll::Pending;
-            }
-            if budget == 0 {
-                cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
             budget -= 1;
@@ -102,7 +216,13 @@ impl<T: Send + 'static> Task<T> {
                 Poll::Ready(Ok(InputEvent::Records(batch))) => self.chain.process_batch(batch)?,
                 Poll::Ready(Ok(InputEvent::Watermark(w))) => self.chain.process_watermark(w)?,
                 Poll::Ready(Ok(InputEvent::Status(s))) => self.chain.process_status(s)?,
-                Poll::Ready(Ok(InputEvent::End)) => self.input_done = true,
+                Poll::Ready(Ok(InputEvent::Barrier(b))) => self.take_checkpoint(b)?,
+                Poll::Ready(Ok(InputEvent::Abandoned(id))) => self.report(TaskReport::Decline {
+                    task: self.mailbox.task,
+                    checkpoint: id,
+                    reason: "a newer checkpoint's barrier overtook it during alignment".into(),
+                })?,
+                Poll::Ready(Ok(InputEvent::End)) => self.phase = Phase::Finishing,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {
                     // Nothing more is ready: send partial batches now rather than wait for more.

@@ -1,0 +1,189 @@
+//! Measuring: interleaved timed repetitions of sluice and its baselines, medians, rates, peak
+//! memory of the current process, and the tokio runtime the sluice jobs run on.
+
+use anyhow::{Context, bail};
+use std::time::{Duration, Instant};
+
+/// One timed run of one side, with the checksum of what it computed.
+#[derive(Clone, Copy, Debug)]
+pub struct Run {
+    /// Wall-clock time of the run.
+    pub elapsed: Duration,
+    /// A digest of the run's result; every side of a case must compute the same one.
+    pub checksum: u64,
+}
+
+/// Times `f`, which returns the checksum of its result.
+pub fn timed(f: impl FnOnce() -> anyhow::Result<u64>) -> anyhow::Result<Run> {
+    let start = Instant::now();
+    let checksum = f()?;
+    Ok(Run {
+        elapsed: start.elapsed(),
+        checksum,
+    })
+}
+
+/// A named side of a case: something that runs once and reports a [`Run`].
+pub struct Side<'a> {
+    /// Shown in progress messages and in the report.
+    pub name: String,
+    /// Runs the side once.
+    pub run: Box<dyn FnMut() -> anyhow::Result<Run> + 'a>,
+}
+
+impl<'a> Side<'a> {
+    /// A side called `name` running `run`.
+    pub fn new(name: impl Into<String>, run: impl FnMut() -> anyhow::Result<Run> + 'a) -> Self {
+        Side {
+            name: name.into(),
+            run: Box::new(run),
+        }
+    }
+}
+
+/// The timings of a case: one vector per baseline (in the order given) and one for sluice.
+#[derive(Debug)]
+pub struct Timings {
+    /// Per baseline, its timed runs.
+    pub baselines: Vec<Vec<Duration>>,
+    /// sluice's timed runs.
+    pub sluice: Vec<Duration>,
+}
+
+/// Runs the sides alternately so that machine drift hits all of them alike: one untimed warm-up
+/// of each, then `reps` rounds of (baselines..., sluice), then the baselines once more, so that a
+/// baseline comes first and last. Every run must report the checksum of the first run; a
+/// mismatch means the sides did different work and is an error.
+pub fn interleaved(
+    reps: usize,
+    mut baselines: Vec<Side<'_>>,
+    mut sluice: Side<'_>,
+) -> anyhow::Result<Timings> {
+    let mut expected: Option<(u64, String)> = None;
+    let mut check = |side: &str, run: Run| -> anyhow::Result<Duration> {
+        match &expected {
+            None => expected = Some((run.checksum, side.to_string())),
+            Some((sum, first)) if *sum != run.checksum => bail!(
+                "{side} computed checksum {:#x} but {first} computed {sum:#x}: the sides disagree",
+                run.checksum
+            ),
+            Some(_) => {}
+        }
+        Ok(run.elapsed)
+    };
+    for b in baselines.iter_mut() {
+        check(&b.name, (b.run)()?)?;
+    }
+    check(&sluice.name, (sluice.run)()?)?;
+
+    let mut timings = Timings {
+        baselines: vec![Vec::with_capacity(reps + 1); baselines.len()],
+        sluice: Vec::with_capacity(reps),
+    };
+    for round in 0..=reps {
+        for (b, out) in baselines.iter_mut().zip(timings.baselines.iter_mut()) {
+            out.push(check(&b.name, (b.run)()?)?);
+        }
+        if round < reps {
+            timings.sluice.push(check(&sluice.name, (sluice.run)()?)?);
+        }
+    }
+    Ok(timings)
+}
+
+/// The median of `durations` (the mean of the two middle ones for an even count).
+pub fn median(durations: &[Duration]) -> Duration {
+    let mut v = durations.to_vec();
+    v.sort();
+    match v.len() {
+        0 => Duration::ZERO,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2,
+    }
+}
+
+/// `count` items in `elapsed`, per second.
+pub fn per_second(count: u64, elapsed: Duration) -> f64 {
+    count as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+}
+
+/// The peak resident set size of this process so far (`VmHWM` of `/proc/self/status`), in KiB.
+pub fn peak_rss_kib() -> anyhow::Result<u64> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    parse_vm_hwm(&status).context("no VmHWM line in /proc/self/status")
+}
+
+fn parse_vm_hwm(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A one-line description of the machine: cores and CPU model (from `/proc/cpuinfo`).
+pub fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!("{cores} cores, {model}")
+}
+
+/// The multi-threaded tokio runtime sluice jobs run on: one worker per core.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("sluice-bench-worker")
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        let ms = Duration::from_millis;
+        assert_eq!(median(&[ms(5), ms(1), ms(3)]), ms(3));
+        assert_eq!(
+            median(&[ms(4), ms(1), ms(3), ms(2)]),
+            Duration::from_micros(2500)
+        );
+    }
+
+    #[test]
+    fn vm_hwm_is_read_in_kib() {
+        let status = "Name:\tx\nVmPeak:\t  9999 kB\nVmHWM:\t    1234 kB\nVmRSS:\t 1000 kB\n";
+        assert_eq!(parse_vm_hwm(status), Some(1234));
+        assert_eq!(parse_vm_hwm("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn interleaving_puts_a_baseline_first_and_last_and_rejects_disagreeing_sides() {
+        let order = std::cell::RefCell::new(Vec::new());
+        let side = |name: &'static str, checksum: u64| {
+            let order = &order;
+            Side::new(name, move || {
+                order.borrow_mut().push(name);
+                Ok(Run {
+                    elapsed: Duration::from_millis(1),
+                    checksum,
+                })
+            })
+        };
+        let t = interleaved(2, vec![side("b", 7)], side("s", 7)).unwrap();
+        assert_eq!((t.baselines[0].len(), t.sluice.len()), (3, 2));
+        assert_eq!(*order.borrow(), ["b", "s", "b", "s", "b", "s", "b"]);
+
+        let err = interleaved(1, vec![side("b", 7)], side("s", 8)).unwrap_err();
+        assert!(err.to_string().contains("disagree"), "{err}");
+    }
+}

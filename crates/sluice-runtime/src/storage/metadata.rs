@@ -1,0 +1,166 @@
+//! What a checkpoint's metadata records, and what a restore hands back.
+
+use super::StorageError;
+use super::format::is_plain_file_name;
+use serde::{Deserialize, Serialize};
+use sluice_core::{CheckpointId, NodeId, SubtaskIndex};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The parallelism of one operator when the checkpoint was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorInfo {
+    /// The operator.
+    pub node: NodeId,
+    /// How many subtasks it had.
+    pub parallelism: usize,
+    /// Its number of key groups.
+    pub max_parallelism: usize,
+}
+
+/// One stored state file, as [`write_state`](super::CheckpointStorage::write_state) returns it and
+/// the metadata lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateFileHandle {
+    /// The operator.
+    pub node: NodeId,
+    /// The subtask.
+    pub subtask: SubtaskIndex,
+    /// The file's name inside the checkpoint directory.
+    pub file_name: String,
+    /// The payload's length in bytes.
+    pub length: u64,
+    /// The payload's CRC32.
+    pub crc32: u32,
+}
+
+/// The metadata of a completed checkpoint, written last: a checkpoint without it is incomplete.
+///
+/// ```
+/// use sluice_core::{CheckpointId, NodeId};
+/// use sluice_runtime::storage::{CheckpointMetadata, OperatorInfo};
+///
+/// let meta = CheckpointMetadata {
+///     job_fingerprint: "graph-v1".into(),
+///     checkpoint_id: CheckpointId(1),
+///     timestamp_ms: 1_700_000_000_000,
+///     operators: vec![OperatorInfo { node: NodeId(0), parallelism: 2, max_parallelism: 128 }],
+///     state_files: vec![],
+/// };
+/// assert!(meta.check().is_ok());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointMetadata {
+    /// Identifies the job graph; a restore into a different graph is refused.
+    pub job_fingerprint: String,
+    /// The checkpoint.
+    pub checkpoint_id: CheckpointId,
+    /// When it was triggered, in milliseconds since the Unix epoch (the caller's clock).
+    pub timestamp_ms: u64,
+    /// Every operator of the job with its parallelism.
+    pub operators: Vec<OperatorInfo>,
+    /// Every state file of the checkpoint.
+    pub state_files: Vec<StateFileHandle>,
+}
+
+impl CheckpointMetadata {
+    /// Checks that the metadata does not contradict itself: operators listed once, every state
+    /// file of a listed operator and of one of its subtasks, one file per subtask, and file names
+    /// that stay inside the checkpoint directory. Returns what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        let mut operators = BTreeMap::new();
+        for op in &self.operators {
+            if operators.insert(op.node, op.parallelism).is_some() {
+                return Err(format!("operator {} is listed twice", op.node));
+            }
+        }
+        let mut seen = BTreeSet::new();
+        let mut names = BTreeSet::new();
+        for f in &self.state_files {
+            let Some(&parallelism) = operators.get(&f.node) else {
+                return Err(format!(
+                    "state file {:?} belongs to unknown operator {}",
+                    f.file_name, f.node
+                ));
+            };
+            if f.subtask >= parallelism {
+                return Err(format!(
+                    "state file {:?} is for subtask {} but operator {} has parallelism {}",
+                    f.file_name, f.subtask, f.node, parallelism
+                ));
+            }
+            if !seen.insert((f.node, f.subtask)) {
+                return Err(format!(
+                    "operator {} subtask {} has two state files",
+                    f.node, f.subtask
+                ));
+            }
+            if !is_plain_file_name(&f.file_name) || !names.insert(f.file_name.as_str()) {
+                return Err(format!(
+                    "state file name {:?} is not a unique plain file name",
+                    f.file_name
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The operator `node`, if the checkpoint has it.
+    pub fn operator(&self, node: NodeId) -> Option<&OperatorInfo> {
+        self.operators.iter().find(|op| op.node == node)
+    }
+}
+
+/// A verified checkpoint, read back with every state payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoredCheckpoint {
+    pub(crate) location: PathBuf,
+    pub(crate) metadata: CheckpointMetadata,
+    pub(crate) states: BTreeMap<(NodeId, SubtaskIndex), Vec<u8>>,
+}
+
+impl RestoredCheckpoint {
+    /// The checkpoint.
+    pub fn id(&self) -> CheckpointId {
+        self.metadata.checkpoint_id
+    }
+
+    /// Where it was read from.
+    pub fn location(&self) -> &Path {
+        &self.location
+    }
+
+    /// Its metadata.
+    pub fn metadata(&self) -> &CheckpointMetadata {
+        &self.metadata
+    }
+
+    /// The state payload of one operator subtask, if the checkpoint has one.
+    pub fn state(&self, node: NodeId, subtask: SubtaskIndex) -> Option<&[u8]> {
+        self.states.get(&(node, subtask)).map(Vec::as_slice)
+    }
+
+    /// Every state payload by operator and subtask.
+    pub fn into_states(self) -> BTreeMap<(NodeId, SubtaskIndex), Vec<u8>> {
+        self.states
+    }
+}
+
+/// A checkpoint that a restore passed over, and why.
+#[derive(Debug)]
+pub struct SkippedCheckpoint {
+    /// The checkpoint.
+    pub id: CheckpointId,
+    /// What is wrong with it; names the bad file.
+    pub error: StorageError,
+}
+
+/// What [`latest_valid`](super::CheckpointStorage::latest_valid) found.
+#[derive(Debug, Default)]
+pub struct RestoreOutcome {
+    /// The newest checkpoint that passed every check, if any.
+    pub restored: Option<RestoredCheckpoint>,
+    /// The checkpoints passed over, newest first: incomplete ones (removed) and complete ones
+    /// that failed verification (left in place for inspection; retention removes them later).
+    pub skipped: Vec<SkippedCheckpoint>,
+}

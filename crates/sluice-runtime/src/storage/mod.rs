@@ -1,0 +1,136 @@
+//! Checkpoint storage: where the state of a checkpoint is written, verified and read back.
+//!
+//! A checkpoint N is one state file per (operator, subtask), whose payload is opaque bytes, plus
+//! a metadata file written **last** by atomic rename (write a temporary file, fsync, rename, fsync
+//! the directory). The metadata ([`CheckpointMetadata`]) records the job fingerprint, the
+//! checkpoint id, its timestamp, every operator's parallelism and max parallelism, and each state
+//! file's name, length and CRC32. A checkpoint without metadata is incomplete and is garbage.
+//!
+//! [`CheckpointStorage`] is the interface the job master uses, so that object stores (for example
+//! through the `object_store` crate) can come later. Its methods are asynchronous and return
+//! boxed futures (the trait is object safe: `Arc<dyn CheckpointStorage>`); implementations must
+//! not block the calling tokio worker. [`LocalCheckpointStorage`] does its blocking file I/O on
+//! tokio's blocking pool (`spawn_blocking`) and lays checkpoints out as:
+//!
+//! ```text
+//! <base>/chk-7/node-0.subtask-0.state   20-byte header (magic, version, length, CRC32) + payload
+//! <base>/chk-7/node-0.subtask-1.state
+//! <base>/chk-7/_metadata                same header + the postcard-encoded metadata
+//! ```
+//!
+//! Only the last K completed checkpoints are retained. On restore,
+//! [`latest_valid`](CheckpointStorage::latest_valid) verifies checkpoints from newest to oldest
+//! and returns the newest intact one, reporting every skipped checkpoint with an error that names
+//! the bad file; [`load`](CheckpointStorage::load) and [`LocalCheckpointStorage::load_dir`]
+//! restore one given checkpoint and fail instead of falling back.
+//!
+//! ```
+//! use sluice_core::{CheckpointId, NodeId};
+//! use sluice_runtime::storage::{
+//!     CheckpointMetadata, CheckpointStorage, LocalCheckpointStorage, OperatorInfo,
+//! };
+//! use std::num::NonZeroUsize;
+//!
+//! let tmp = tempfile::tempdir().unwrap();
+//! let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! rt.block_on(async {
+//!     let storage =
+//!         LocalCheckpointStorage::new(tmp.path().join("chk"), NonZeroUsize::new(2).unwrap());
+//!     storage.initialize().await.unwrap();
+//!
+//!     let id = CheckpointId(1);
+//!     let file = storage.write_state(id, NodeId(0), 0, b"offset=42".to_vec()).await.unwrap();
+//!     let metadata = CheckpointMetadata {
+//!         job_fingerprint: "my-job-v1".into(),
+//!         checkpoint_id: id,
+//!         timestamp_ms: 1_700_000_000_000,
+//!         operators: vec![OperatorInfo { node: NodeId(0), parallelism: 1, max_parallelism: 128 }],
+//!         state_files: vec![file],
+//!     };
+//!     storage.complete(metadata).await.unwrap();
+//!
+//!     let outcome = storage.latest_valid("my-job-v1").await.unwrap();
+//!     let restored = outcome.restored.unwrap();
+//!     assert_eq!(restored.id(), id);
+//!     assert_eq!(restored.state(NodeId(0), 0), Some(&b"offset=42"[..]));
+//!     assert!(outcome.skipped.is_empty());
+//! });
+//! ```
+
+mod error;
+mod format;
+mod fs;
+mod local;
+mod metadata;
+#[cfg(test)]
+mod tests;
+
+pub use error::{Corruption, StorageError};
+pub use local::{LocalCheckpointStorage, validate_directory};
+pub use metadata::{
+    CheckpointMetadata, OperatorInfo, RestoreOutcome, RestoredCheckpoint, SkippedCheckpoint,
+    StateFileHandle,
+};
+
+use futures::future::BoxFuture;
+use sluice_core::{CheckpointId, NodeId, SubtaskIndex};
+
+/// Where checkpoints are written and read back. See the [module documentation](self).
+///
+/// Every method returns a future that does not block the tokio worker polling it. The protocol
+/// of one checkpoint N: [`write_state`](Self::write_state) for each operator subtask (possibly
+/// concurrently), then [`complete`](Self::complete) with the collected handles, which writes the
+/// metadata last and then retires old checkpoints; or [`discard`](Self::discard) if N is
+/// aborted. Before the first checkpoint of a run, [`initialize`](Self::initialize) removes the
+/// garbage of incomplete checkpoints. The caller must not run `initialize` or
+/// [`latest_valid`](Self::latest_valid) while a checkpoint is being written: both remove
+/// incomplete checkpoints. Checkpoint ids of a new run must continue after the ones already
+/// stored (see [`completed`](Self::completed)): retention keeps the highest ids.
+pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
+    /// Where the checkpoints live, for people (printed when a job starts).
+    fn location(&self) -> String;
+
+    /// Prepares the storage for a run: creates the location if needed and removes incomplete
+    /// checkpoints. Returns the ids removed.
+    fn initialize(&self) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>>;
+
+    /// Stores the state of one operator subtask for checkpoint `id` and returns the handle to
+    /// list in the metadata. Refused once `id` is complete.
+    fn write_state(
+        &self,
+        id: CheckpointId,
+        node: NodeId,
+        subtask: SubtaskIndex,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<StateFileHandle, StorageError>>;
+
+    /// Completes a checkpoint: checks the metadata, makes the state files durable, writes the
+    /// metadata last and atomically, then removes the completed checkpoints beyond the retained
+    /// number. Returns the ids removed by retention.
+    fn complete(
+        &self,
+        metadata: CheckpointMetadata,
+    ) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>>;
+
+    /// Removes checkpoint `id` (aborted, or no longer wanted). Removing one that does not exist
+    /// is not an error.
+    fn discard(&self, id: CheckpointId) -> BoxFuture<'_, Result<(), StorageError>>;
+
+    /// The ids of the checkpoints that have metadata, oldest first (not verified).
+    fn completed(&self) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>>;
+
+    /// Finds the newest checkpoint that passes every check, newest to oldest. Incomplete
+    /// checkpoints are removed; each skipped checkpoint is reported with the error naming its bad
+    /// file. A checkpoint of another job graph is an error, not a reason to fall back.
+    fn latest_valid<'a>(
+        &'a self,
+        job_fingerprint: &'a str,
+    ) -> BoxFuture<'a, Result<RestoreOutcome, StorageError>>;
+
+    /// Reads and verifies checkpoint `id`; any problem is the error (no fallback).
+    fn load<'a>(
+        &'a self,
+        id: CheckpointId,
+        job_fingerprint: &'a str,
+    ) -> BoxFuture<'a, Result<RestoredCheckpoint, StorageError>>;
+}

@@ -1,0 +1,61 @@
+//! The task's mailbox from the job master, and its reports back.
+//!
+//! Both channels are bounded. Reports never wait: each task sends at most one report per pending
+//! checkpoint plus one "finished" report, and the report channel is sized for that, so a task can
+//! always make progress and keep reading its mailbox (which is what lets the master's sends
+//! complete).
+
+use crate::state::OperatorState;
+use sluice_core::{CheckpointBarrier, NodeId, OperatorEvent, SubtaskIndex};
+use tokio::sync::mpsc;
+
+/// A message from the job master to one task.
+#[derive(Debug)]
+pub(crate) enum TaskControl {
+    /// Start checkpoint `barrier.id` here: a source injects the barrier; a task that finished its
+    /// input snapshots directly.
+    TriggerCheckpoint(CheckpointBarrier),
+    /// A checkpoint completed everywhere.
+    NotifyComplete(u64),
+    /// A checkpoint was aborted.
+    NotifyAborted(u64),
+    /// An event from an operator coordinator to the operator `target` of this task's chain.
+    #[allow(dead_code)] // sent once coordinators are wired (issue 4)
+    OperatorEvent {
+        target: NodeId,
+        event: OperatorEvent,
+    },
+    /// The final checkpoint completed: the task may end.
+    Finish,
+}
+
+/// The state one task snapshotted: one entry per operator of its chain (and its source).
+pub(crate) type TaskSnapshot = Vec<(NodeId, SubtaskIndex, OperatorState)>;
+
+/// A report from a task to the job master.
+#[derive(Debug)]
+pub(crate) enum TaskReport {
+    /// The task took checkpoint `checkpoint`.
+    Ack {
+        task: usize,
+        checkpoint: u64,
+        states: TaskSnapshot,
+    },
+    /// The task could not take checkpoint `checkpoint`.
+    Decline {
+        task: usize,
+        checkpoint: u64,
+        reason: String,
+    },
+    /// The task's input ended and its operators drained.
+    FinishedInput { task: usize },
+}
+
+/// The task's ends of its two channels to the master.
+pub(crate) struct TaskMailbox {
+    pub(crate) task: usize,
+    pub(crate) control: mpsc::Receiver<TaskControl>,
+    pub(crate) reports: mpsc::Sender<TaskReport>,
+    /// Whether the task waits for the final checkpoint before ending.
+    pub(crate) checkpointing: bool,
+}

@@ -1,0 +1,134 @@
+//! Checkpoints and global failover: keyed state survives injected failures exactly once.
+
+use sluice_runtime::failover::RestartStrategy;
+use sluice_runtime::prelude::*;
+use sluice_runtime::state::ValueState;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Counts per key in keyed state; emits the final counts at end of input.
+#[derive(Clone)]
+struct FinalCount {
+    counts: ValueState<u64, u64>,
+    max_parallelism: usize,
+}
+
+impl FinalCount {
+    fn new() -> Self {
+        FinalCount {
+            counts: ValueState::new("counts"),
+            max_parallelism: 128,
+        }
+    }
+}
+
+impl Operator<u64> for FinalCount {
+    type Out = (u64, u64);
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.max_parallelism = ctx.max_parallelism();
+        Ok(())
+    }
+    fn process_batch(
+        &mut self,
+        batch: Vec<u64>,
+        _out: &mut Collector<(u64, u64)>,
+    ) -> Result<(), UserError> {
+        for k in batch {
+            *self.counts.get_or_default(k) += 1;
+        }
+        Ok(())
+    }
+    fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
+        for (k, v) in self.counts.iter() {
+            out.collect((*k, *v));
+        }
+        Ok(())
+    }
+    fn snapshot_state(
+        &mut self,
+        _c: sluice_core::CheckpointId,
+        _out: &mut Collector<(u64, u64)>,
+    ) -> Result<OperatorState, UserError> {
+        let mut s = OperatorState::default();
+        self.counts.snapshot_into(self.max_parallelism, &mut s)?;
+        Ok(s)
+    }
+    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
+        self.counts.restore_from(&state)?;
+        Ok(())
+    }
+}
+
+/// Panics once, when the shared counter of seen records passes `at`.
+#[derive(Clone)]
+struct FailOnce {
+    seen: Arc<AtomicU64>,
+    at: u64,
+}
+
+impl Operator<u64> for FailOnce {
+    type Out = u64;
+    fn process_batch(
+        &mut self,
+        batch: Vec<u64>,
+        out: &mut Collector<u64>,
+    ) -> Result<(), UserError> {
+        let before = self.seen.fetch_add(batch.len() as u64, Ordering::SeqCst);
+        if before < self.at && before + batch.len() as u64 >= self.at {
+            panic!("injected failure after {} records", self.at);
+        }
+        out.emit_batch(batch);
+        Ok(())
+    }
+}
+
+fn expected(n: u64, keys: u64) -> BTreeMap<u64, u64> {
+    let mut m = BTreeMap::new();
+    for i in 0..n {
+        *m.entry(i % keys).or_insert(0) += 1;
+    }
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_counts_are_exact_after_a_failure_and_restart_from_a_checkpoint() {
+    let n = 200_000u64;
+    let env = StreamEnvironment::new();
+    env.set_parallelism(2).set_batch_size(64);
+    env.enable_checkpointing(Duration::from_millis(2));
+    env.set_restart_strategy(RestartStrategy::fixed_delay(3, Duration::ZERO).unwrap());
+    let seen = Arc::new(AtomicU64::new(0));
+    let out = env
+        .from_generator(Generator::new(|i| i % 97).take(n).rate_limit(2_000_000.0))
+        .process(FailOnce {
+            seen: seen.clone(),
+            at: n / 2,
+        })
+        .key_by(|k: &u64| *k)
+        .process(FinalCount::new())
+        .collect();
+    let result = env.execute("failover").await.unwrap();
+    assert_eq!(result.restarts, 1);
+    assert!(result.completed_checkpoints >= 1);
+    let got: BTreeMap<u64, u64> = out.take().into_iter().collect();
+    assert_eq!(got, expected(n, 97));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_job_with_checkpointing_ends_with_a_final_checkpoint() {
+    let env = StreamEnvironment::new();
+    env.set_parallelism(2);
+    env.enable_checkpointing(Duration::from_secs(3600));
+    let out = env
+        .from_iter(0u64..10_000)
+        .map(|k| k % 10)
+        .key_by(|k: &u64| *k)
+        .process(FinalCount::new())
+        .collect();
+    let result = env.execute("final").await.unwrap();
+    assert_eq!(result.completed_checkpoints, 1, "only the final checkpoint");
+    let got: BTreeMap<u64, u64> = out.take().into_iter().collect();
+    assert_eq!(got, expected(10_000, 10));
+}
