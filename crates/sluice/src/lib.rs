@@ -14,11 +14,15 @@
 //! assert_eq!(v, vec![2, 3, 4]);
 //! ```
 
+pub use sluice_async_io as async_io;
 pub use sluice_core as core;
 pub use sluice_runtime as runtime;
 pub use sluice_runtime::*;
 
 /// Everything a job definition usually needs.
 pub mod prelude {
+    pub use sluice_async_io::{
+        AsyncDataStream, AsyncFunction, AsyncRetryStrategy, AsyncWait, async_fn,
+    };
     pub use sluice_runtime::prelude::*;
 }

@@ -93,8 +93,9 @@ impl<T> Collector<T> {
         }
     }
 
-    /// Takes everything emitted so far, in order, leaving the collector empty.
-    pub(crate) fn take_elements(&mut self) -> Vec<StreamElement<T>> {
+    /// Takes everything emitted so far, in order, leaving the collector empty (useful to test an
+    /// operator outside a job).
+    pub fn take_elements(&mut self) -> Vec<StreamElement<T>> {
         self.seal_current();
         std::mem::take(&mut self.elements)
     }

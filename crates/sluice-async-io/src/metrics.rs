@@ -1,0 +1,418 @@
+//! Metrics of the async wait operator, per subtask: requests in flight, request latency,
+//! timeouts, retries and failures.
+//!
+//! The builder hands out an [`AsyncMetrics`] handle before the job starts; every subtask
+//! registers its counters in it when it opens, so the handle can be read while the job runs and
+//! after it ended. The operator counts in plain local variables and publishes them to the shared
+//! atomics once per batch of work, never per record.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Values below this many microseconds get one bucket each.
+const LINEAR: u64 = 16;
+/// Sub-buckets per power of two above that (12.5 % relative resolution).
+const SUB: u64 = 8;
+/// Powers of two covered above the linear part: up to 2^40 µs (about 12 days).
+const OCTAVES: u64 = 37;
+/// Number of histogram buckets.
+pub(crate) const BUCKETS: usize = (LINEAR + OCTAVES * SUB) as usize;
+
+/// The bucket of a latency of `us` microseconds.
+#[inline]
+pub(crate) fn bucket_of(us: u64) -> usize {
+    if us < LINEAR {
+        return us as usize;
+    }
+    let octave = 63 - u64::from(us.leading_zeros()); // >= 4
+    let sub = (us >> (octave - 3)) & (SUB - 1);
+    let idx = LINEAR + (octave - 4) * SUB + sub;
+    (idx as usize).min(BUCKETS - 1)
+}
+
+/// The smallest and one past the largest latency (µs) of bucket `i`.
+fn bucket_bounds(i: usize) -> (u64, u64) {
+    let i = i as u64;
+    if i < LINEAR {
+        return (i, i + 1);
+    }
+    let octave = 4 + (i - LINEAR) / SUB;
+    let sub = (i - LINEAR) % SUB;
+    let width = 1u64 << (octave - 3);
+    let low = (SUB + sub) * width;
+    (low, low + width)
+}
+
+/// The live counters of one subtask.
+#[derive(Debug)]
+pub(crate) struct SubtaskCounters {
+    subtask: usize,
+    in_flight: AtomicU64,
+    completed: AtomicU64,
+    timeouts: AtomicU64,
+    retries: AtomicU64,
+    failures: AtomicU64,
+    latency_sum_us: AtomicU64,
+    latency_max_us: AtomicU64,
+    buckets: Box<[AtomicU64]>,
+}
+
+impl SubtaskCounters {
+    fn new(subtask: usize) -> Self {
+        SubtaskCounters {
+            subtask,
+            in_flight: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            latency_sum_us: AtomicU64::new(0),
+            latency_max_us: AtomicU64::new(0),
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn read(&self) -> AsyncMetricsSnapshot {
+        AsyncMetricsSnapshot {
+            subtasks: 1,
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            completed: self.completed.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+            latency: LatencyHistogram {
+                buckets: self
+                    .buckets
+                    .iter()
+                    .map(|b| b.load(Ordering::Relaxed))
+                    .collect(),
+                sum_us: self.latency_sum_us.load(Ordering::Relaxed),
+                max_us: self.latency_max_us.load(Ordering::Relaxed),
+            },
+        }
+    }
+}
+
+/// Counts gathered by the operator between two publications.
+#[derive(Debug)]
+pub(crate) struct LocalCounters {
+    /// Completions with zero latency, not yet in `buckets`.
+    instant: u64,
+    completed: u64,
+    timeouts: u64,
+    retries: u64,
+    failures: u64,
+    sum_us: u64,
+    max_us: u64,
+    buckets: Box<[u64]>,
+    touched: Vec<u16>,
+}
+
+impl Default for LocalCounters {
+    fn default() -> Self {
+        LocalCounters {
+            instant: 0,
+            completed: 0,
+            timeouts: 0,
+            retries: 0,
+            failures: 0,
+            sum_us: 0,
+            max_us: 0,
+            buckets: vec![0; BUCKETS].into_boxed_slice(),
+            touched: Vec::new(),
+        }
+    }
+}
+
+impl LocalCounters {
+    /// One request completed in no measurable time (within the clock reading it started at).
+    #[inline(always)]
+    pub(crate) fn completed_at_once(&mut self) {
+        self.instant += 1;
+    }
+
+    /// One request completed after `latency`.
+    #[inline]
+    pub(crate) fn completed(&mut self, latency: Duration) {
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        let b = bucket_of(us);
+        if self.buckets[b] == 0 {
+            self.touched.push(b as u16);
+        }
+        self.buckets[b] += 1;
+        self.completed += 1;
+        self.sum_us = self.sum_us.saturating_add(us);
+        self.max_us = self.max_us.max(us);
+    }
+
+    #[inline]
+    pub(crate) fn timed_out(&mut self) {
+        self.timeouts += 1;
+    }
+
+    #[inline]
+    pub(crate) fn retried(&mut self) {
+        self.retries += 1;
+    }
+
+    #[inline]
+    pub(crate) fn failed(&mut self) {
+        self.failures += 1;
+    }
+
+    /// Adds everything counted so far to `to`, sets its in-flight gauge, and starts over.
+    pub(crate) fn publish(&mut self, to: &SubtaskCounters, in_flight: usize) {
+        to.in_flight.store(in_flight as u64, Ordering::Relaxed);
+        if self.instant > 0 {
+            if self.buckets[0] == 0 {
+                self.touched.push(0);
+            }
+            self.buckets[0] += self.instant;
+            self.completed += self.instant;
+            self.instant = 0;
+        }
+        if self.completed == 0 && self.timeouts == 0 && self.retries == 0 && self.failures == 0 {
+            return;
+        }
+        let add = |a: &AtomicU64, v: &mut u64| {
+            if *v != 0 {
+                a.fetch_add(*v, Ordering::Relaxed);
+                *v = 0;
+            }
+        };
+        add(&to.completed, &mut self.completed);
+        add(&to.timeouts, &mut self.timeouts);
+        add(&to.retries, &mut self.retries);
+        add(&to.failures, &mut self.failures);
+        add(&to.latency_sum_us, &mut self.sum_us);
+        to.latency_max_us.fetch_max(self.max_us, Ordering::Relaxed);
+        for b in self.touched.drain(..) {
+            let b = b as usize;
+            to.buckets[b].fetch_add(self.buckets[b], Ordering::Relaxed);
+            self.buckets[b] = 0;
+        }
+    }
+}
+
+/// A handle on the metrics of every subtask of one async wait operator.
+///
+/// Get it from [`AsyncWait::metrics`](crate::AsyncWait::metrics) before the job starts; read it
+/// during the run or after. A restarted subtask replaces its earlier counters.
+///
+/// ```
+/// use sluice_async_io::{AsyncWait, async_fn};
+/// use sluice_runtime::prelude::*;
+/// use std::time::Duration;
+///
+/// let env = StreamEnvironment::new();
+/// env.set_parallelism(2);
+/// let wait = AsyncWait::new(async_fn(|x: u64| async move { Ok(Some(x)) }))
+///     .timeout(Duration::from_secs(10))
+///     .capacity(8);
+/// let metrics = wait.metrics();
+/// let out = wait.unordered().apply(&env.from_iter(0u64..1000)).unwrap().collect();
+/// env.execute_blocking("metrics").unwrap();
+/// assert_eq!(out.len(), 1000);
+/// let total = metrics.total();
+/// assert_eq!(total.subtasks, 2);
+/// assert_eq!(total.completed, 1000);
+/// assert_eq!(total.in_flight, 0);
+/// assert_eq!(total.timeouts + total.retries + total.failures, 0);
+/// assert_eq!(total.latency.count(), 1000);
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct AsyncMetrics {
+    subtasks: Arc<Mutex<Vec<Arc<SubtaskCounters>>>>,
+}
+
+impl AsyncMetrics {
+    /// Registers (or replaces) the counters of `subtask`.
+    pub(crate) fn register(&self, subtask: usize) -> Arc<SubtaskCounters> {
+        let counters = Arc::new(SubtaskCounters::new(subtask));
+        let mut all = self.subtasks.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|c| c.subtask != subtask);
+        all.push(counters.clone());
+        all.sort_by_key(|c| c.subtask);
+        counters
+    }
+
+    /// One snapshot per subtask that has opened, by subtask index.
+    pub fn subtasks(&self) -> Vec<(usize, AsyncMetricsSnapshot)> {
+        let all = self.subtasks.lock().unwrap_or_else(|p| p.into_inner());
+        all.iter().map(|c| (c.subtask, c.read())).collect()
+    }
+
+    /// The sum over all subtasks (latency histograms merged).
+    pub fn total(&self) -> AsyncMetricsSnapshot {
+        let mut total = AsyncMetricsSnapshot::default();
+        for (_, s) in self.subtasks() {
+            total.merge(&s);
+        }
+        total
+    }
+}
+
+/// The metrics of one subtask, or of several summed, at one point in time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AsyncMetricsSnapshot {
+    /// How many subtasks are summed here.
+    pub subtasks: usize,
+    /// Requests in flight (including completed ones waiting to be emitted in order).
+    pub in_flight: u64,
+    /// Requests completed with a result (including timeout fallbacks).
+    pub completed: u64,
+    /// Requests whose timeout expired.
+    pub timeouts: u64,
+    /// Retries started.
+    pub retries: u64,
+    /// Requests that failed the job (error, panic, or a failing timeout handler).
+    pub failures: u64,
+    /// Latency from a request's first call to its final result, over completed requests.
+    pub latency: LatencyHistogram,
+}
+
+impl AsyncMetricsSnapshot {
+    fn merge(&mut self, other: &AsyncMetricsSnapshot) {
+        self.subtasks += other.subtasks;
+        self.in_flight += other.in_flight;
+        self.completed += other.completed;
+        self.timeouts += other.timeouts;
+        self.retries += other.retries;
+        self.failures += other.failures;
+        self.latency.merge(&other.latency);
+    }
+}
+
+/// A fixed-bucket latency histogram: exact below 16 µs, within 12.5 % above.
+///
+/// ```
+/// use sluice_async_io::LatencyHistogram;
+/// use std::time::Duration;
+///
+/// let mut h = LatencyHistogram::default();
+/// for ms in 1..=100u64 {
+///     h.record(Duration::from_millis(ms));
+/// }
+/// assert_eq!(h.count(), 100);
+/// let p50 = h.quantile(0.5).as_secs_f64() * 1000.0;
+/// assert!((45.0..=56.0).contains(&p50), "{p50}");
+/// assert_eq!(h.max(), Duration::from_millis(100));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatencyHistogram {
+    buckets: Vec<u64>,
+    sum_us: u64,
+    max_us: u64,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            buckets: vec![0; BUCKETS],
+            sum_us: 0,
+            max_us: 0,
+        }
+    }
+}
+
+impl LatencyHistogram {
+    /// Adds one observation.
+    pub fn record(&mut self, latency: Duration) {
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.buckets[bucket_of(us)] += 1;
+        self.sum_us = self.sum_us.saturating_add(us);
+        self.max_us = self.max_us.max(us);
+    }
+
+    /// The number of observations.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// The mean latency (zero when empty).
+    pub fn mean(&self) -> Duration {
+        match self.count() {
+            0 => Duration::ZERO,
+            n => Duration::from_micros(self.sum_us / n),
+        }
+    }
+
+    /// The largest latency observed.
+    pub fn max(&self) -> Duration {
+        Duration::from_micros(self.max_us)
+    }
+
+    /// The latency at quantile `q` (0.0 to 1.0): the middle of the bucket holding it, capped at
+    /// the maximum observed. Zero when empty.
+    pub fn quantile(&self, q: f64) -> Duration {
+        let n = self.count();
+        if n == 0 {
+            return Duration::ZERO;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, c) in self.buckets.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                let (low, high) = bucket_bounds(i);
+                let mid = low + (high - low - 1) / 2;
+                return Duration::from_micros(mid.min(self.max_us));
+            }
+        }
+        self.max()
+    }
+
+    fn merge(&mut self, other: &LatencyHistogram) {
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            *a += b;
+        }
+        self.sum_us = self.sum_us.saturating_add(other.sum_us);
+        self.max_us = self.max_us.max(other.max_us);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_contiguous_and_monotonic() {
+        let mut prev_high = 0;
+        for i in 0..BUCKETS {
+            let (low, high) = bucket_bounds(i);
+            assert_eq!(low, prev_high, "gap before bucket {i}");
+            assert!(high > low);
+            assert_eq!(bucket_of(low), i);
+            assert_eq!(bucket_of(high - 1), i);
+            prev_high = high;
+        }
+        assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn local_counts_reach_the_shared_counters_once() {
+        let m = AsyncMetrics::default();
+        let shared = m.register(0);
+        let mut local = LocalCounters::default();
+        local.completed(Duration::from_micros(3));
+        local.completed(Duration::from_millis(10));
+        local.timed_out();
+        local.retried();
+        local.failed();
+        local.publish(&shared, 7);
+        local.publish(&shared, 5);
+        let s = m.total();
+        assert_eq!(
+            (s.in_flight, s.completed, s.timeouts, s.retries, s.failures),
+            (5, 2, 1, 1, 1)
+        );
+        assert_eq!(s.latency.count(), 2);
+        assert_eq!(s.latency.max(), Duration::from_millis(10));
+        assert_eq!(s.latency.quantile(0.0), Duration::from_micros(3));
+        // A restarted subtask replaces its counters.
+        m.register(0);
+        assert_eq!(m.total().completed, 0);
+        assert_eq!(m.subtasks().len(), 1);
+    }
+}
