@@ -30,6 +30,7 @@ pub mod operator;
 pub mod state;
 pub mod storage;
 mod task;
+pub mod testing;
 pub mod watermark;
 
 pub use api::DataStreamSink;

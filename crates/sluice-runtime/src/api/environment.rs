@@ -278,6 +278,7 @@ impl StreamEnvironment {
                     restarts: summary.restarts,
                     completed_checkpoints: summary.completed_checkpoints,
                     last_checkpoint: summary.last_checkpoint,
+                    restored_from: summary.restored_from,
                 })
             })
         };

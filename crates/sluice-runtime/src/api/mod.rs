@@ -38,9 +38,12 @@ mod keyed;
 mod sink;
 mod source;
 mod stream;
+mod two_phase;
 
 pub use environment::StreamEnvironment;
 pub use keyed::KeyedStream;
 pub use sink::{CollectHandle, Sink};
 pub use source::Generator;
 pub use stream::{DataStream, DataStreamSink};
+pub(crate) use two_phase::TwoPhaseCommitOp;
+pub use two_phase::TwoPhaseCommitSink;

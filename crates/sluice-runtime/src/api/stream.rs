@@ -254,6 +254,23 @@ impl<T: Data> DataStream<T> {
         }
     }
 
+    /// Ends the stream in a [`TwoPhaseCommitSink`](crate::api::TwoPhaseCommitSink): with
+    /// checkpointing enabled, every record becomes visible exactly once, whatever fails.
+    pub fn sink_to_exactly_once<S>(&self, sink: S) -> DataStreamSink
+    where
+        S: crate::api::TwoPhaseCommitSink<T> + Clone,
+    {
+        let s = self.add_operator(
+            "Sink: Exactly-once",
+            crate::api::TwoPhaseCommitOp::new(sink),
+            true,
+        );
+        DataStreamSink {
+            env: s.env,
+            node: s.node,
+        }
+    }
+
     /// Collects every record in memory, for tests and examples.
     pub fn collect(&self) -> CollectHandle<T> {
         let shared = Arc::new(Mutex::new(Vec::new()));

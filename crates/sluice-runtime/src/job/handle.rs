@@ -27,6 +27,8 @@ pub struct JobResult {
     pub completed_checkpoints: u64,
     /// The id of the last completed checkpoint.
     pub last_checkpoint: Option<u64>,
+    /// The checkpoint the job was started from (`restore_from`), if any.
+    pub restored_from: Option<u64>,
 }
 
 /// A running job: await it for its [`JobResult`], read its metrics, or cancel it.

@@ -43,6 +43,7 @@ pub(crate) struct RunSummary {
     pub(crate) restarts: u32,
     pub(crate) completed_checkpoints: u64,
     pub(crate) last_checkpoint: Option<u64>,
+    pub(crate) restored_from: Option<u64>,
 }
 
 /// The metrics of the attempt running now, swapped at each restart.
@@ -84,6 +85,7 @@ pub(crate) async fn run_job(
     if let Some(path) = &spec.restore_path {
         let restored = load_restore(path, &fingerprint).await?;
         tracing::info!(checkpoint = restored.checkpoint_id, path = %path.display(), "restoring");
+        summary.restored_from = Some(restored.checkpoint_id);
         spec.restore = Some(restored);
     }
     let mut stored_max = 0;

@@ -1,0 +1,181 @@
+//! Exactly-once under failures: randomized jobs with keyed state, frequent checkpoints and
+//! injected panics (also during snapshots) commit exactly the expected records to files.
+//!
+//! `SLUICE_EXACTLY_ONCE_TRIALS=N` runs N trials instead of the CI default of 50.
+
+use sluice_connectors::file::{JsonLinesSink, read_committed};
+use sluice_runtime::failover::RestartStrategy;
+use sluice_runtime::prelude::*;
+use sluice_runtime::state::ValueState;
+use sluice_runtime::testing::FailureInjector;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Passes records through and counts them per key in keyed state; at end of input emits one
+/// `(key, u64::MAX - count)` marker per key with the final count.
+#[derive(Clone)]
+struct CountingPassThrough {
+    counts: ValueState<u64, u64>,
+    max_parallelism: usize,
+}
+
+impl Operator<(u64, u64)> for CountingPassThrough {
+    type Out = (u64, u64);
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.max_parallelism = ctx.max_parallelism();
+        Ok(())
+    }
+    fn process_batch(
+        &mut self,
+        batch: Vec<(u64, u64)>,
+        out: &mut Collector<(u64, u64)>,
+    ) -> Result<(), UserError> {
+        for r in &batch {
+            *self.counts.get_or_default(r.0) += 1;
+        }
+        out.emit_batch(batch);
+        Ok(())
+    }
+    fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
+        for (k, c) in self.counts.iter() {
+            out.collect((*k, u64::MAX - *c));
+        }
+        Ok(())
+    }
+    fn snapshot_state(
+        &mut self,
+        _c: sluice_core::CheckpointId,
+        _out: &mut Collector<(u64, u64)>,
+    ) -> Result<OperatorState, UserError> {
+        let mut s = OperatorState::default();
+        self.counts.snapshot_into(self.max_parallelism, &mut s)?;
+        Ok(s)
+    }
+    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
+        self.counts.restore_from(&state)?;
+        Ok(())
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+async fn trial(seed: u64) -> (u32, u64) {
+    let mut rng = Rng(seed);
+    let p = rng.range(1, 4) as usize;
+    let source_p = rng.range(1, p as u64) as usize;
+    let n = rng.range(2_000, 12_000);
+    let keys = rng.range(1, 50);
+    let interval = Duration::from_millis(rng.range(1, 5));
+    let failures = rng.range(1, 3) as u32;
+    let in_snapshot = rng.next().is_multiple_of(3);
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = tempfile::tempdir().unwrap();
+
+    let env = StreamEnvironment::new();
+    env.set_parallelism(p)
+        .set_batch_size(rng.range(8, 64) as usize);
+    env.enable_checkpointing(interval);
+    env.set_checkpoint_storage(checkpoints.path());
+    env.set_restart_strategy(RestartStrategy::fixed_delay(20, Duration::ZERO).unwrap());
+    let mut fail = FailureInjector::seeded(0.02, seed).times(failures);
+    if in_snapshot {
+        fail = fail.during_snapshot();
+    }
+    let source = env
+        .from_generator(
+            Generator::new(move |i| (i % keys, i))
+                .take(n)
+                .rate_limit(400_000.0),
+        )
+        .parallelism(source_p);
+    source
+        .process(fail.clone())
+        .key_by(|r: &(u64, u64)| r.0)
+        .process(CountingPassThrough {
+            counts: ValueState::new("counts"),
+            max_parallelism: 128,
+        })
+        .sink_to_exactly_once(JsonLinesSink::new(dir.path(), "out"));
+    let context = format!(
+        "seed {seed}: parallelism {p}, source parallelism {source_p}, {n} records, {keys} keys, \
+         checkpoints every {interval:?}, up to {failures} failures (in snapshot: {in_snapshot})"
+    );
+    let result = env
+        .execute("exactly-once")
+        .await
+        .unwrap_or_else(|e| panic!("{context}: job failed: {e}"));
+
+    let committed: Vec<(u64, u64)> = read_committed(dir.path()).unwrap();
+    let mut records: Vec<u64> = Vec::new();
+    let mut finals: BTreeMap<u64, u64> = BTreeMap::new();
+    for (k, v) in committed {
+        if v > u64::MAX / 2 {
+            assert!(
+                finals.insert(k, u64::MAX - v).is_none(),
+                "{context}: key {k} final count twice"
+            );
+        } else {
+            assert_eq!(v % keys, k, "{context}");
+            records.push(v);
+        }
+    }
+    records.sort_unstable();
+    let dupes = records.windows(2).filter(|w| w[0] == w[1]).count();
+    assert_eq!(
+        dupes, 0,
+        "{context}: {dupes} records committed twice ({} restarts)",
+        result.restarts
+    );
+    assert_eq!(
+        records.len() as u64,
+        n,
+        "{context}: records lost ({} restarts)",
+        result.restarts
+    );
+    assert_eq!(records, (0..n).collect::<Vec<_>>(), "{context}");
+    let mut expected = BTreeMap::new();
+    for i in 0..n {
+        *expected.entry(i % keys).or_insert(0u64) += 1;
+    }
+    assert_eq!(finals, expected, "{context}: keyed state not exactly once");
+    (result.restarts, result.completed_checkpoints)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_output_is_exactly_the_input_under_random_failures() {
+    let trials: u64 = std::env::var("SLUICE_EXACTLY_ONCE_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    let (mut restarted, mut restarts, mut checkpoints) = (0, 0, 0);
+    for t in 0..trials {
+        let (r, c) = trial(0x5eed_0000 + t).await;
+        restarted += u64::from(r > 0);
+        restarts += u64::from(r);
+        checkpoints += c;
+    }
+    println!(
+        "{trials} trials: {restarted} restarted ({restarts} restarts), {checkpoints} checkpoints"
+    );
+    // The suite must exercise recovery, not just run clean jobs.
+    assert!(
+        restarted * 2 >= trials,
+        "only {restarted} of {trials} trials failed and restarted"
+    );
+    assert!(
+        checkpoints >= trials * 2,
+        "only {checkpoints} checkpoints in {trials} trials"
+    );
+}

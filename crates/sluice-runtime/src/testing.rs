@@ -1,0 +1,166 @@
+//! Fault injection for tests: make a chosen operator subtask panic at a chosen point.
+//!
+//! [`FailureInjector`] is an operator that passes records through unchanged and panics when its
+//! plan says so: at a record count of one subtask, with a seeded probability per batch, or while
+//! snapshotting. A shared budget limits how many failures happen over the whole job (across
+//! restarts), so a test can inject exactly N failures and still expect the job to finish.
+//!
+//! ```
+//! use sluice_runtime::prelude::*;
+//! use sluice_runtime::testing::FailureInjector;
+//!
+//! let env = StreamEnvironment::new();
+//! env.set_parallelism(2);
+//! let fail = FailureInjector::at_record(1, 50);
+//! let _out = env.from_iter(0u64..1_000).process(fail.clone()).collect();
+//! let err = env.execute_blocking("boom").unwrap_err();
+//! assert!(err.to_string().contains("injected failure"), "{err}");
+//! assert_eq!(err.task_failure().unwrap().subtask, 1);
+//! assert_eq!(fail.injected(), 1);
+//! ```
+
+use crate::operator::{Collector, Operator, OperatorContext};
+use crate::state::OperatorState;
+use sluice_core::{CheckpointId, Data, UserError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+#[derive(Clone, Copy, Debug)]
+enum Trigger {
+    /// Subtask `subtask` panics when it has seen `records` records in the current attempt.
+    AtRecord { subtask: usize, records: u64 },
+    /// Every batch panics with this probability (per million), from a seeded generator.
+    Random { per_million: u32, seed: u64 },
+}
+
+/// A pass-through operator that panics according to a plan. Clones share the failure budget.
+#[derive(Clone, Debug)]
+pub struct FailureInjector {
+    trigger: Trigger,
+    in_snapshot: bool,
+    budget: Arc<AtomicU32>,
+    injected: Arc<AtomicU32>,
+    seen: u64,
+    subtask: usize,
+    rng: u64,
+    fire_at_snapshot: bool,
+}
+
+impl FailureInjector {
+    fn new(trigger: Trigger) -> Self {
+        FailureInjector {
+            trigger,
+            in_snapshot: false,
+            budget: Arc::new(AtomicU32::new(1)),
+            injected: Arc::new(AtomicU32::new(0)),
+            seen: 0,
+            subtask: 0,
+            rng: 0,
+            fire_at_snapshot: false,
+        }
+    }
+
+    /// Subtask `subtask` panics once, when it has seen `records` records.
+    pub fn at_record(subtask: usize, records: u64) -> Self {
+        Self::new(Trigger::AtRecord { subtask, records })
+    }
+
+    /// Every batch, on any subtask, panics with `probability`, drawn from `seed` (and the subtask
+    /// and attempt, so that runs are reproducible).
+    pub fn seeded(probability: f64, seed: u64) -> Self {
+        let per_million = (probability.clamp(0.0, 1.0) * 1e6) as u32;
+        Self::new(Trigger::Random { per_million, seed })
+    }
+
+    /// Panics while snapshotting instead: at the first checkpoint after the trigger fired.
+    pub fn during_snapshot(mut self) -> Self {
+        self.in_snapshot = true;
+        self
+    }
+
+    /// At most `failures` failures over the whole job (default 1).
+    pub fn times(self, failures: u32) -> Self {
+        self.budget.store(failures, Ordering::SeqCst);
+        self
+    }
+
+    /// How many failures were injected so far.
+    pub fn injected(&self) -> u32 {
+        self.injected.load(Ordering::SeqCst)
+    }
+
+    fn next_random(&mut self) -> u64 {
+        // SplitMix64.
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn armed(&mut self, batch_len: usize) -> bool {
+        match self.trigger {
+            Trigger::AtRecord { subtask, records } => {
+                let before = self.seen;
+                self.seen = self.seen.saturating_add(batch_len as u64);
+                subtask == self.subtask && before < records && self.seen >= records
+            }
+            Trigger::Random { per_million, .. } => {
+                self.next_random() % 1_000_000 < u64::from(per_million)
+            }
+        }
+    }
+
+    fn take_budget(&self) -> bool {
+        self.budget
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(1))
+            .is_ok()
+    }
+
+    fn fail(&self, where_: &str) -> ! {
+        let n = self.injected.fetch_add(1, Ordering::SeqCst) + 1;
+        panic!("injected failure #{n} {where_} (subtask {})", self.subtask);
+    }
+}
+
+impl<T: Data> Operator<T> for FailureInjector {
+    type Out = T;
+
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.subtask = ctx.subtask_index();
+        self.seen = 0;
+        self.fire_at_snapshot = false;
+        if let Trigger::Random { seed, .. } = self.trigger {
+            self.rng = seed
+                ^ ((ctx.subtask_index() as u64) << 32)
+                ^ u64::from(ctx.attempt_number()).wrapping_mul(0x1000_0000_01b3);
+        }
+        Ok(())
+    }
+
+    fn process_batch(&mut self, batch: Vec<T>, out: &mut Collector<T>) -> Result<(), UserError> {
+        if self.armed(batch.len()) {
+            if self.in_snapshot {
+                self.fire_at_snapshot = true;
+            } else if self.take_budget() {
+                self.fail("while processing records");
+            }
+        }
+        out.emit_batch(batch);
+        Ok(())
+    }
+
+    fn snapshot_state(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _out: &mut Collector<T>,
+    ) -> Result<OperatorState, UserError> {
+        if self.fire_at_snapshot {
+            self.fire_at_snapshot = false;
+            if self.take_budget() {
+                self.fail("while snapshotting");
+            }
+        }
+        Ok(OperatorState::default())
+    }
+}

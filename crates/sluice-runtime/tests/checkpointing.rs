@@ -1,0 +1,311 @@
+//! Checkpoints end to end: barrier alignment, restart exhaustion, resuming a dropped job from a
+//! retained checkpoint, rescaling keyed state, and checkpoint configuration errors.
+
+use sluice_runtime::failover::RestartStrategy;
+use sluice_runtime::prelude::*;
+use sluice_runtime::state::ValueState;
+use sluice_runtime::testing::FailureInjector;
+use sluice_runtime::{JobHandle, StreamEnvironment};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+type Log = Arc<Mutex<BTreeMap<u64, (u64, u64)>>>;
+
+/// Counts records per tag (0 or 1) and logs the counts at every snapshot.
+#[derive(Clone)]
+struct CountAtSnapshot {
+    counts: (u64, u64),
+    log: Log,
+}
+
+impl Operator<(u8, u64)> for CountAtSnapshot {
+    type Out = (u8, u64);
+    fn process_batch(
+        &mut self,
+        batch: Vec<(u8, u64)>,
+        out: &mut Collector<(u8, u64)>,
+    ) -> Result<(), UserError> {
+        for r in &batch {
+            if r.0 == 0 {
+                self.counts.0 += 1;
+            } else {
+                self.counts.1 += 1;
+            }
+        }
+        out.emit_batch(batch);
+        Ok(())
+    }
+    fn snapshot_state(
+        &mut self,
+        c: sluice_core::CheckpointId,
+        _o: &mut Collector<(u8, u64)>,
+    ) -> Result<OperatorState, UserError> {
+        self.log.lock().unwrap().insert(c.0, self.counts);
+        Ok(OperatorState::default())
+    }
+}
+
+fn counter(log: &Log) -> CountAtSnapshot {
+    CountAtSnapshot {
+        counts: (0, 0),
+        log: log.clone(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_after_alignment_holds_exactly_the_records_before_the_barrier_on_both_inputs() {
+    let env = StreamEnvironment::new();
+    env.set_parallelism(1)
+        .set_batch_size(16)
+        .set_channel_capacity(64);
+    env.enable_checkpointing(Duration::from_millis(5));
+    let dir = tempfile::tempdir().unwrap();
+    env.set_checkpoint_storage(dir.path());
+    let (fast_log, slow_log, union_log): (Log, Log, Log) = Default::default();
+    let fast = env
+        .from_generator(
+            Generator::new(|i| (0u8, i))
+                .take(40_000)
+                .rate_limit(400_000.0),
+        )
+        .process(counter(&fast_log));
+    let slow = env
+        .from_generator(
+            Generator::new(|i| (1u8, i))
+                .take(1_000)
+                .rate_limit(10_000.0),
+        )
+        .process(counter(&slow_log));
+    fast.union([slow]).process(counter(&union_log)).discard();
+    let result = env.execute("alignment").await.unwrap();
+    assert!(result.completed_checkpoints >= 3, "{result:?}");
+
+    let (fast_log, slow_log, union_log) = (
+        fast_log.lock().unwrap().clone(),
+        slow_log.lock().unwrap().clone(),
+        union_log.lock().unwrap().clone(),
+    );
+    let mut compared = 0;
+    let mut fast_ran_ahead = 0;
+    for (id, (ua, ub)) in &union_log {
+        let (Some(fa), Some(sb)) = (fast_log.get(id), slow_log.get(id)) else {
+            continue;
+        };
+        assert_eq!(
+            (*ua, *ub),
+            (fa.0, sb.1),
+            "checkpoint {id}: the union's snapshot must hold exactly the records before the barrier on both inputs"
+        );
+        compared += 1;
+        if fa.0 < 40_000 && sb.1 < 1_000 {
+            fast_ran_ahead += 1;
+        }
+    }
+    assert!(compared >= 3, "only {compared} checkpoints compared");
+    assert!(
+        fast_ran_ahead >= 1,
+        "no checkpoint was taken while both inputs were still running"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exhausted_restart_strategy_reports_the_attempts_and_the_cause() {
+    let env = StreamEnvironment::new();
+    env.set_parallelism(1);
+    env.set_restart_strategy(RestartStrategy::fixed_delay(2, Duration::ZERO).unwrap());
+    env.from_iter(0u64..1_000)
+        .process(FailureInjector::at_record(0, 10).times(100))
+        .discard();
+    let err = env.execute("exhaust").await.unwrap_err();
+    match &err {
+        JobError::RestartsExhausted { attempts, last } => {
+            assert_eq!(*attempts, 2);
+            assert!(last.to_string().contains("injected failure"), "{last}");
+        }
+        other => panic!("expected RestartsExhausted, got {other:?}"),
+    }
+    assert!(
+        err.to_string().contains("gave up after 2 restarts"),
+        "{err}"
+    );
+    assert_eq!(err.task_failure().map(|f| f.subtask), Some(0));
+}
+
+/// Counts per key in keyed state; emits the final counts at end of input; signals completed
+/// checkpoints.
+#[derive(Clone)]
+struct FinalCount {
+    counts: ValueState<u64, u64>,
+    max_parallelism: usize,
+    completed: Arc<watch::Sender<u64>>,
+}
+
+impl Operator<u64> for FinalCount {
+    type Out = (u64, u64);
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.max_parallelism = ctx.max_parallelism();
+        Ok(())
+    }
+    fn process_batch(
+        &mut self,
+        batch: Vec<u64>,
+        _out: &mut Collector<(u64, u64)>,
+    ) -> Result<(), UserError> {
+        for k in batch {
+            *self.counts.get_or_default(k) += 1;
+        }
+        Ok(())
+    }
+    fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
+        for (k, v) in self.counts.iter() {
+            out.collect((*k, *v));
+        }
+        Ok(())
+    }
+    fn snapshot_state(
+        &mut self,
+        _c: sluice_core::CheckpointId,
+        _o: &mut Collector<(u64, u64)>,
+    ) -> Result<OperatorState, UserError> {
+        let mut s = OperatorState::default();
+        self.counts.snapshot_into(self.max_parallelism, &mut s)?;
+        Ok(s)
+    }
+    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
+        self.counts.restore_from(&state)?;
+        Ok(())
+    }
+    fn notify_checkpoint_complete(
+        &mut self,
+        c: sluice_core::CheckpointId,
+    ) -> Result<(), UserError> {
+        self.completed.send_replace(c.0);
+        Ok(())
+    }
+}
+
+const N: u64 = 60_000;
+const KEYS: u64 = 101;
+
+/// The same job graph every time: a 2-subtask source, keyed counts at the default parallelism.
+fn build(env: &StreamEnvironment, rate: f64) -> (CollectHandle<(u64, u64)>, watch::Receiver<u64>) {
+    let (tx, rx) = watch::channel(0);
+    let out = env
+        .from_generator(Generator::new(|i| i % KEYS).take(N).rate_limit(rate))
+        .parallelism(2)
+        .key_by(|k: &u64| *k)
+        .process(FinalCount {
+            counts: ValueState::new("counts"),
+            max_parallelism: 128,
+            completed: Arc::new(tx),
+        })
+        .collect();
+    (out, rx)
+}
+
+fn expected() -> BTreeMap<u64, u64> {
+    let mut m = BTreeMap::new();
+    for i in 0..N {
+        *m.entry(i % KEYS).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Runs the job at parallelism 2 until a checkpoint completed, then cancels it and drops its
+/// environment. Returns the checkpoint directory.
+async fn checkpoint_then_stop(storage: &std::path::Path) {
+    let env = StreamEnvironment::new();
+    env.set_parallelism(2);
+    env.enable_checkpointing(Duration::from_secs(3600));
+    env.set_checkpoint_storage(storage);
+    let (out, mut completed) = build(&env, 100_000.0);
+    let job: JobHandle = env.submit("resumable").unwrap();
+    job.trigger_checkpoint();
+    completed.wait_for(|id| *id >= 1).await.unwrap();
+    job.cancel();
+    assert!(matches!(job.await, Err(JobError::Cancelled)));
+    assert!(out.is_empty(), "the stopped job emitted no final counts");
+    drop(env);
+}
+
+async fn resume(storage: &std::path::Path, parallelism: usize) -> BTreeMap<u64, u64> {
+    let env = StreamEnvironment::new();
+    env.set_parallelism(parallelism);
+    env.restore_from(storage);
+    let (out, _completed) = build(&env, 1e9);
+    let result = env.execute("resumable").await.unwrap();
+    assert_eq!(result.restarts, 0);
+    assert!(
+        result.restored_from.is_some(),
+        "the job must start from the checkpoint"
+    );
+    // The restored sources skip what the checkpoint already holds.
+    let read = result.metrics.operator("Process").records_in;
+    assert!(
+        read > 0 && read < N,
+        "the resumed job read {read} of {N} records"
+    );
+    out.take().into_iter().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_resumed_from_a_retained_checkpoint_continues_exactly_where_it_stopped() {
+    let storage = tempfile::tempdir().unwrap();
+    checkpoint_then_stop(storage.path()).await;
+    assert_eq!(resume(storage.path(), 2).await, expected());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_state_checkpointed_at_parallelism_2_restores_at_3_and_at_1() {
+    let storage = tempfile::tempdir().unwrap();
+    checkpoint_then_stop(storage.path()).await;
+    assert_eq!(resume(storage.path(), 3).await, expected());
+    assert_eq!(resume(storage.path(), 1).await, expected());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restoring_into_a_different_job_graph_is_a_clear_error() {
+    let storage = tempfile::tempdir().unwrap();
+    checkpoint_then_stop(storage.path()).await;
+    let env = StreamEnvironment::new();
+    env.restore_from(storage.path());
+    env.from_iter(0u64..10).map(|x| x + 1).discard();
+    let err = env.execute("other").await.unwrap_err();
+    assert!(err.to_string().contains("cannot restore"), "{err}");
+}
+
+#[test]
+fn checkpoint_configuration_errors_name_the_bad_value() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+
+    let env = StreamEnvironment::new();
+    env.enable_checkpointing(Duration::ZERO);
+    env.from_iter(0u64..10).discard();
+    let err = env
+        .submit("zero")
+        .err()
+        .expect("interval 0 must be refused");
+    assert!(err.to_string().contains("interval"), "{err}");
+
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let under_file = file.path().join("checkpoints");
+    let env = StreamEnvironment::new();
+    env.enable_checkpointing(Duration::from_millis(10));
+    env.set_checkpoint_storage(&under_file);
+    env.from_iter(0u64..10).discard();
+    let err = env
+        .submit("unwritable")
+        .err()
+        .expect("an unwritable directory must be refused");
+    assert!(
+        err.to_string().contains(&under_file.display().to_string()),
+        "{err}"
+    );
+}
