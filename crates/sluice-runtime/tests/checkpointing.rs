@@ -140,6 +140,7 @@ struct FinalCount {
     counts: ValueState<u64, u64>,
     max_parallelism: usize,
     completed: Arc<watch::Sender<u64>>,
+    processed: Arc<watch::Sender<u64>>,
 }
 
 impl Operator<u64> for FinalCount {
@@ -153,9 +154,11 @@ impl Operator<u64> for FinalCount {
         batch: Vec<u64>,
         _out: &mut Collector<(u64, u64)>,
     ) -> Result<(), UserError> {
+        let n = batch.len() as u64;
         for k in batch {
             *self.counts.get_or_default(k) += 1;
         }
+        self.processed.send_modify(|p| *p += n);
         Ok(())
     }
     fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
@@ -190,8 +193,9 @@ const N: u64 = 60_000;
 const KEYS: u64 = 101;
 
 /// The same job graph every time: a 2-subtask source, keyed counts at the default parallelism.
-fn build(env: &StreamEnvironment, rate: f64) -> (CollectHandle<(u64, u64)>, watch::Receiver<u64>) {
+fn build(env: &StreamEnvironment, rate: f64) -> (CollectHandle<(u64, u64)>, Signals) {
     let (tx, rx) = watch::channel(0);
+    let (processed_tx, processed_rx) = watch::channel(0);
     let out = env
         .from_generator(Generator::new(|i| i % KEYS).take(N).rate_limit(rate))
         .parallelism(2)
@@ -200,9 +204,22 @@ fn build(env: &StreamEnvironment, rate: f64) -> (CollectHandle<(u64, u64)>, watc
             counts: ValueState::new("counts"),
             max_parallelism: 128,
             completed: Arc::new(tx),
+            processed: Arc::new(processed_tx),
         })
         .collect();
-    (out, rx)
+    (
+        out,
+        Signals {
+            completed: rx,
+            processed: processed_rx,
+        },
+    )
+}
+
+/// What the counting operator reports while the job runs.
+struct Signals {
+    completed: watch::Receiver<u64>,
+    processed: watch::Receiver<u64>,
 }
 
 fn expected() -> BTreeMap<u64, u64> {
@@ -220,10 +237,14 @@ async fn checkpoint_then_stop(storage: &std::path::Path) {
     env.set_parallelism(2);
     env.enable_checkpointing(Duration::from_secs(3600));
     env.set_checkpoint_storage(storage);
-    let (out, mut completed) = build(&env, 100_000.0);
+    let (out, mut signals) = build(&env, 100_000.0);
     let job: JobHandle = env.submit("resumable").unwrap();
+    // Checkpoint once a quarter of the records went through, so that it holds real progress.
+    if signals.processed.wait_for(|n| *n >= N / 4).await.is_err() {
+        panic!("the job ended early: {:?}", job.await);
+    }
     job.trigger_checkpoint();
-    completed.wait_for(|id| *id >= 1).await.unwrap();
+    signals.completed.wait_for(|id| *id >= 1).await.unwrap();
     job.cancel();
     assert!(matches!(job.await, Err(JobError::Cancelled)));
     assert!(out.is_empty(), "the stopped job emitted no final counts");
@@ -234,7 +255,7 @@ async fn resume(storage: &std::path::Path, parallelism: usize) -> BTreeMap<u64, 
     let env = StreamEnvironment::new();
     env.set_parallelism(parallelism);
     env.restore_from(storage);
-    let (out, _completed) = build(&env, 1e9);
+    let (out, _signals) = build(&env, 1e9);
     let result = env.execute("resumable").await.unwrap();
     assert_eq!(result.restarts, 0);
     assert!(
@@ -308,4 +329,16 @@ fn checkpoint_configuration_errors_name_the_bad_value() {
         err.to_string().contains(&under_file.display().to_string()),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_job_keeps_its_graph_so_it_can_be_fixed_and_submitted_again() {
+    let env = StreamEnvironment::new();
+    env.set_parallelism(0);
+    let out = env.from_iter(0u64..10).collect();
+    let err = env.execute("bad").await.unwrap_err();
+    assert!(err.to_string().contains("parallelism"), "{err}");
+    env.set_parallelism(2);
+    env.execute("fixed").await.unwrap();
+    assert_eq!(out.len(), 10);
 }

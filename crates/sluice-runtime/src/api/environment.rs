@@ -206,33 +206,39 @@ impl StreamEnvironment {
                     .into(),
             )
         })?;
-        let (graph, config, checkpoints, restart, storage_dir, restore_path) = {
-            let mut inner = self.lock();
-            (
-                std::mem::take(&mut inner.graph),
-                inner.config.clone(),
-                inner.checkpoints.clone(),
-                inner.restart,
-                inner.storage_dir.clone(),
-                inner.restore_from.take(),
-            )
+        // Validate against the graph in place, so that a refused job can be fixed and submitted
+        // again; take the graph only once it is accepted.
+        let mut inner = self.lock();
+        let plan = plan(&inner.graph, &inner.config)?;
+        let checkpoint_dir = match &inner.checkpoints {
+            Some(c) => {
+                c.validate().map_err(JobError::InvalidJob)?;
+                let dir = inner
+                    .storage_dir
+                    .clone()
+                    .unwrap_or_else(|| default_dir(job_name));
+                validate_directory(&dir).map_err(|e| {
+                    JobError::InvalidJob(format!("checkpoint storage {}: {e}", dir.display()))
+                })?;
+                Some(dir)
+            }
+            None => None,
         };
-        let plan = plan(&graph, &config)?;
-        if let Some(c) = &checkpoints {
-            c.validate().map_err(JobError::InvalidJob)?;
-        }
+        let (graph, config, checkpoints, restart, restore_path) = (
+            std::mem::take(&mut inner.graph),
+            inner.config.clone(),
+            inner.checkpoints.clone(),
+            inner.restart,
+            inner.restore_from.take(),
+        );
+        drop(inner);
         let restart = match (restart, &checkpoints) {
             (Some(r), _) => r,
             (None, None) => RestartStrategy::none(),
             (None, Some(_)) => default_restart_with_checkpoints()?,
         };
-        let checkpointing = match checkpoints {
-            None => None,
-            Some(settings) => {
-                let dir = storage_dir.unwrap_or_else(|| default_dir(job_name));
-                validate_directory(&dir).map_err(|e| {
-                    JobError::InvalidJob(format!("checkpoint storage {}: {e}", dir.display()))
-                })?;
+        let checkpointing = match (checkpoints, checkpoint_dir) {
+            (Some(settings), Some(dir)) => {
                 let retained = NonZeroUsize::new(settings.retained).ok_or_else(|| {
                     JobError::InvalidJob("at least one checkpoint must be retained".into())
                 })?;
@@ -249,6 +255,7 @@ impl StreamEnvironment {
                     storage,
                 })
             }
+            _ => None,
         };
         let spec = JobSpec {
             graph,

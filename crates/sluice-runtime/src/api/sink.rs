@@ -38,7 +38,8 @@ pub trait Sink<T>: Send + 'static {
     fn finish(&mut self) -> Result<(), UserError> {
         Ok(())
     }
-    /// Releases resources; called after `finish`, or when the job fails.
+    /// Releases resources; called after `finish`, or when this sink's task fails (a task aborted
+    /// because another failed is dropped without `close`).
     fn close(&mut self) -> Result<(), UserError> {
         Ok(())
     }

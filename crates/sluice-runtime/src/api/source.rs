@@ -198,9 +198,10 @@ impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> SourceReader<T>
         }
         if let Some(rl) = &mut self.rate {
             let elapsed = rl.start.elapsed().as_secs_f64();
-            let allowed = (elapsed * rl.per_second) as u64;
+            // One record is allowed at once, then one per 1/rate.
+            let allowed = (elapsed * rl.per_second) as u64 + 1;
             if allowed <= rl.produced {
-                let wait = (rl.produced + 1) as f64 / rl.per_second;
+                let wait = rl.produced as f64 / rl.per_second;
                 rl.sleep
                     .as_mut()
                     .reset(rl.start + Duration::from_secs_f64(wait));

@@ -24,6 +24,9 @@ pub(crate) struct Buffers<T> {
     bufs: Vec<Vec<T>>,
     batch_size: usize,
     ready: VecDeque<(usize, StreamElement<T>)>,
+    /// A watermark that arrived while records were buffered: it waits for the next seal of all
+    /// buffers instead of forcing partial batches out (delaying a watermark is always safe).
+    pending_watermark: Option<Watermark>,
 }
 
 impl<T: Data> Buffers<T> {
@@ -32,6 +35,7 @@ impl<T: Data> Buffers<T> {
             bufs: (0..targets).map(|_| Vec::new()).collect(),
             batch_size: batch_size.max(1),
             ready: VecDeque::new(),
+            pending_watermark: None,
         }
     }
 
@@ -50,7 +54,11 @@ impl<T: Data> Buffers<T> {
         }
         buf.push(record);
         if buf.len() >= self.batch_size {
-            self.seal(target);
+            if self.pending_watermark.is_some() {
+                self.seal_all();
+            } else {
+                self.seal(target);
+            }
         }
     }
 
@@ -78,6 +86,21 @@ impl<T: Data> Buffers<T> {
     fn seal_all(&mut self) {
         for t in 0..self.bufs.len() {
             self.seal(t);
+        }
+        if let Some(w) = self.pending_watermark.take() {
+            for t in 0..self.bufs.len() {
+                self.ready.push_back((t, StreamElement::Watermark(w)));
+            }
+        }
+    }
+
+    /// Sends `w` behind everything buffered now: at once when nothing is buffered, otherwise
+    /// with the next seal of all buffers.
+    fn watermark(&mut self, w: Watermark) {
+        if self.bufs.iter().all(Vec::is_empty) {
+            self.broadcast(StreamElement::Watermark(w));
+        } else {
+            self.pending_watermark = Some(w);
         }
     }
 
@@ -226,7 +249,7 @@ impl<T: Data, R: Route<T>> ChainStage<T> for NetworkWriter<T, R> {
     }
 
     fn process_watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
-        self.buffers.broadcast(StreamElement::Watermark(w));
+        self.buffers.watermark(w);
         Ok(())
     }
 
@@ -331,6 +354,29 @@ mod tests {
                 (0, StreamElement::Records(vec![6])),
             ]
         );
+    }
+
+    #[test]
+    fn a_watermark_waits_behind_buffered_records_without_cutting_batches() {
+        let mut b = Buffers::<u32>::new(2, 2);
+        b.push(0, 1);
+        b.watermark(Watermark::new(5));
+        assert!(b.ready.is_empty(), "no partial batch is forced out");
+        b.push(1, 2);
+        b.push(0, 3); // target 0 fills: everything is sealed, then the watermark follows
+        let got: Vec<_> = b.ready.drain(..).collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, StreamElement::Records(vec![1, 3])),
+                (1, StreamElement::Records(vec![2])),
+                (0, StreamElement::Watermark(Watermark::new(5))),
+                (1, StreamElement::Watermark(Watermark::new(5))),
+            ]
+        );
+        // with nothing buffered it goes out at once
+        b.watermark(Watermark::new(9));
+        assert_eq!(b.ready.len(), 2);
     }
 
     #[test]

@@ -98,7 +98,10 @@ pub trait Operator<In: Data>: Send + 'static {
         Ok(())
     }
 
-    /// Called once when the operator is done, after its output ended, or when a job fails.
+    /// Called once when the operator's task ends: after its output ended, or when this task
+    /// itself failed. When another task fails, the job master aborts this one and the operator
+    /// is dropped without `close` (as a cancelled Flink task is disposed): release resources in
+    /// `Drop` if they must be released in every case.
     fn close(&mut self) -> Result<(), UserError> {
         Ok(())
     }
