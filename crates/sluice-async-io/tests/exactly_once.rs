@@ -7,7 +7,7 @@ use sluice_async_io::{AsyncRetryStrategy, AsyncWait, async_fn};
 use sluice_connectors::file::{JsonLinesSink, read_committed};
 use sluice_runtime::failover::RestartStrategy;
 use sluice_runtime::prelude::*;
-use sluice_runtime::testing::FailureInjector;
+use sluice_runtime::testing::{FailureInjector, SplitMix64};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -43,27 +43,13 @@ impl Operator<u64> for InFlightAtSnapshot {
     }
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
-
 /// Returns (restarts, snapshots, snapshots with requests in flight).
 async fn trial(seed: u64) -> (u32, u64, u64) {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     let p = rng.range(1, 3) as usize;
     let n = rng.range(1_000, 4_000);
     let capacity = rng.range(4, 32) as usize;
-    let ordered = rng.next().is_multiple_of(2);
+    let ordered = rng.next_u64().is_multiple_of(2);
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = tempfile::tempdir().unwrap();
 

@@ -7,7 +7,7 @@ use sluice_connectors::file::{JsonLinesSink, read_committed};
 use sluice_runtime::failover::RestartStrategy;
 use sluice_runtime::prelude::*;
 use sluice_runtime::state::ValueState;
-use sluice_runtime::testing::FailureInjector;
+use sluice_runtime::testing::{FailureInjector, SplitMix64};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -57,29 +57,15 @@ impl Operator<(u64, u64)> for CountingPassThrough {
     }
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
-
 async fn trial(seed: u64) -> (u32, u64) {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     let p = rng.range(1, 4) as usize;
     let source_p = rng.range(1, p as u64) as usize;
     let n = rng.range(2_000, 12_000);
     let keys = rng.range(1, 50);
     let interval = Duration::from_millis(rng.range(1, 5));
     let failures = rng.range(1, 3) as u32;
-    let in_snapshot = rng.next().is_multiple_of(3);
+    let in_snapshot = rng.next_u64().is_multiple_of(3);
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = tempfile::tempdir().unwrap();
 

@@ -1,4 +1,5 @@
-//! Fault injection for tests: make a chosen operator subtask panic at a chosen point.
+//! Test utilities: fault injection, a keyed counter with checkpointed state, and a seeded
+//! random number generator.
 //!
 //! [`FailureInjector`] is an operator that passes records through unchanged and panics when its
 //! plan says so: at a record count of one subtask, with a seeded probability per batch, or while
@@ -20,7 +21,7 @@
 //! ```
 
 use crate::operator::{Collector, Operator, OperatorContext};
-use crate::state::OperatorState;
+use crate::state::{OperatorState, ValueState};
 use sluice_core::{CheckpointId, Data, UserError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -90,12 +91,10 @@ impl FailureInjector {
     }
 
     fn next_random(&mut self) -> u64 {
-        // SplitMix64.
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        let mut r = SplitMix64(self.rng);
+        let v = r.next_u64();
+        self.rng = r.0;
+        v
     }
 
     fn armed(&mut self, batch_len: usize) -> bool {
@@ -162,5 +161,112 @@ impl<T: Data> Operator<T> for FailureInjector {
             }
         }
         Ok(OperatorState::default())
+    }
+}
+
+/// A small, fast, seeded random number generator (SplitMix64) for reproducible tests.
+///
+/// ```
+/// use sluice_runtime::testing::SplitMix64;
+/// let mut a = SplitMix64(7);
+/// let mut b = SplitMix64(7);
+/// assert_eq!(a.next_u64(), b.next_u64());
+/// assert!((3..=9).contains(&a.range(3, 9)));
+/// ```
+#[derive(Clone, Debug)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+}
+
+/// Counts records per key (the record is the key) in checkpointed keyed state and emits every
+/// `(key, count)` at end of input: with exactly-once state, the counts are exact after any number
+/// of failures and restores.
+///
+/// ```
+/// use sluice_runtime::prelude::*;
+/// use sluice_runtime::testing::KeyedCounter;
+///
+/// let env = StreamEnvironment::new();
+/// let out = env.from_iter(vec![3u64, 1, 3]).key_by(|k| *k).process(KeyedCounter::new()).collect();
+/// env.execute_blocking("count").unwrap();
+/// let mut v = out.take();
+/// v.sort();
+/// assert_eq!(v, vec![(1, 1), (3, 2)]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct KeyedCounter {
+    counts: ValueState<u64, u64>,
+    max_parallelism: usize,
+}
+
+impl Default for KeyedCounter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KeyedCounter {
+    /// A counter with no counts.
+    pub fn new() -> Self {
+        KeyedCounter {
+            counts: ValueState::new("counts"),
+            max_parallelism: crate::DEFAULT_MAX_PARALLELISM,
+        }
+    }
+}
+
+impl Operator<u64> for KeyedCounter {
+    type Out = (u64, u64);
+
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.max_parallelism = ctx.max_parallelism();
+        Ok(())
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: Vec<u64>,
+        _out: &mut Collector<(u64, u64)>,
+    ) -> Result<(), UserError> {
+        for k in batch {
+            *self.counts.get_or_default(k) += 1;
+        }
+        Ok(())
+    }
+
+    fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
+        for (k, v) in self.counts.iter() {
+            out.collect((*k, *v));
+        }
+        Ok(())
+    }
+
+    fn snapshot_state(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _out: &mut Collector<(u64, u64)>,
+    ) -> Result<OperatorState, UserError> {
+        let mut s = OperatorState::default();
+        self.counts.snapshot_into(self.max_parallelism, &mut s)?;
+        Ok(s)
+    }
+
+    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
+        self.counts.restore_from(&state)?;
+        Ok(())
     }
 }

@@ -2,64 +2,11 @@
 
 use sluice_runtime::failover::RestartStrategy;
 use sluice_runtime::prelude::*;
-use sluice_runtime::state::ValueState;
+use sluice_runtime::testing::KeyedCounter;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-
-/// Counts per key in keyed state; emits the final counts at end of input.
-#[derive(Clone)]
-struct FinalCount {
-    counts: ValueState<u64, u64>,
-    max_parallelism: usize,
-}
-
-impl FinalCount {
-    fn new() -> Self {
-        FinalCount {
-            counts: ValueState::new("counts"),
-            max_parallelism: 128,
-        }
-    }
-}
-
-impl Operator<u64> for FinalCount {
-    type Out = (u64, u64);
-    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
-        self.max_parallelism = ctx.max_parallelism();
-        Ok(())
-    }
-    fn process_batch(
-        &mut self,
-        batch: Vec<u64>,
-        _out: &mut Collector<(u64, u64)>,
-    ) -> Result<(), UserError> {
-        for k in batch {
-            *self.counts.get_or_default(k) += 1;
-        }
-        Ok(())
-    }
-    fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
-        for (k, v) in self.counts.iter() {
-            out.collect((*k, *v));
-        }
-        Ok(())
-    }
-    fn snapshot_state(
-        &mut self,
-        _c: sluice_core::CheckpointId,
-        _out: &mut Collector<(u64, u64)>,
-    ) -> Result<OperatorState, UserError> {
-        let mut s = OperatorState::default();
-        self.counts.snapshot_into(self.max_parallelism, &mut s)?;
-        Ok(s)
-    }
-    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
-        self.counts.restore_from(&state)?;
-        Ok(())
-    }
-}
 
 /// Panics once, when the shared counter of seen records passes `at`.
 #[derive(Clone)]
@@ -107,7 +54,7 @@ async fn keyed_counts_are_exact_after_a_failure_and_restart_from_a_checkpoint() 
             at: n / 2,
         })
         .key_by(|k: &u64| *k)
-        .process(FinalCount::new())
+        .process(KeyedCounter::new())
         .collect();
     let result = env.execute("failover").await.unwrap();
     assert_eq!(result.restarts, 1);
@@ -125,7 +72,7 @@ async fn a_bounded_job_with_checkpointing_ends_with_a_final_checkpoint() {
         .from_iter(0u64..10_000)
         .map(|k| k % 10)
         .key_by(|k: &u64| *k)
-        .process(FinalCount::new())
+        .process(KeyedCounter::new())
         .collect();
     let result = env.execute("final").await.unwrap();
     assert_eq!(result.completed_checkpoints, 1, "only the final checkpoint");
