@@ -12,6 +12,9 @@ pub enum JobError {
     /// An operator subtask failed: a user function returned an error or panicked.
     #[error("{0}")]
     TaskFailed(TaskFailure),
+    /// An operator coordinator failed the job (its message names the operator).
+    #[error("{0}")]
+    CoordinatorFailed(String),
     /// The job was cancelled through its [`JobHandle`](crate::JobHandle).
     #[error("job was cancelled")]
     Cancelled,

@@ -45,6 +45,8 @@ async fn keyed_counts_are_exact_after_a_failure_and_restart_from_a_checkpoint() 
     let env = StreamEnvironment::new();
     env.set_parallelism(2).set_batch_size(64);
     env.enable_checkpointing(Duration::from_millis(2));
+    let storage = tempfile::tempdir().unwrap();
+    env.set_checkpoint_storage(storage.path());
     env.set_restart_strategy(RestartStrategy::fixed_delay(3, Duration::ZERO).unwrap());
     let seen = Arc::new(AtomicU64::new(0));
     let out = env
@@ -68,6 +70,8 @@ async fn a_bounded_job_with_checkpointing_ends_with_a_final_checkpoint() {
     let env = StreamEnvironment::new();
     env.set_parallelism(2);
     env.enable_checkpointing(Duration::from_secs(3600));
+    let storage = tempfile::tempdir().unwrap();
+    env.set_checkpoint_storage(storage.path());
     let out = env
         .from_iter(0u64..10_000)
         .map(|k| k % 10)

@@ -15,6 +15,8 @@
 //! ```
 
 pub use sluice_async_io as async_io;
+pub use sluice_connectors as connectors;
+pub use sluice_coordinator as coordinator;
 pub use sluice_core as core;
 pub use sluice_runtime as runtime;
 pub use sluice_runtime::*;

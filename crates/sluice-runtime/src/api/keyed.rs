@@ -55,6 +55,21 @@ impl<T: Data, K, F: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, K, F> {
         self.stream.transform(name, op)
     }
 
+    /// Adds a user [`Operator`] with an operator coordinator (see
+    /// [`DataStream::transform_with_coordinator`]).
+    pub fn transform_with_coordinator<Op, P>(
+        &self,
+        name: &str,
+        op: Op,
+        provider: P,
+    ) -> DataStream<Op::Out>
+    where
+        Op: Operator<T> + Clone,
+        P: sluice_coordinator::CoordinatorProvider + 'static,
+    {
+        self.stream.transform_with_coordinator(name, op, provider)
+    }
+
     /// A `map` after the keyed exchange.
     pub fn map<U: Data, G: FnMut(T) -> U + Clone + Send + 'static>(&self, f: G) -> DataStream<U> {
         self.stream.map(f)

@@ -136,6 +136,27 @@ impl<T: Data> DataStream<T> {
         DataStream::new(self.env.clone(), id)
     }
 
+    /// Adds `op` under `name` with an operator coordinator: the job master creates one
+    /// coordinator through `provider`, on its own thread, and connects it with the operator's
+    /// subtasks (events both ways, aligned with checkpoints; see the `sluice-coordinator` crate).
+    pub fn transform_with_coordinator<Op, P>(
+        &self,
+        name: &str,
+        op: Op,
+        provider: P,
+    ) -> DataStream<Op::Out>
+    where
+        Op: Operator<T> + Clone,
+        P: sluice_coordinator::CoordinatorProvider + 'static,
+    {
+        let out = self.add_operator(name, op, false);
+        let id = out.node;
+        let provider: Arc<dyn sluice_coordinator::CoordinatorProvider> = Arc::new(provider);
+        self.env
+            .with_graph(|g| g.nodes[id.0].coordinator = Some(provider));
+        out
+    }
+
     /// Adds a user [`Operator`] (cloned per subtask), named "Process".
     pub fn process<Op>(&self, op: Op) -> DataStream<Op::Out>
     where

@@ -314,6 +314,21 @@ impl CheckpointPlanner {
         }]
     }
 
+    /// A coordinator could not take its part of checkpoint `id`: it is aborted.
+    pub fn on_coordinator_declined(&mut self, id: u64, reason: &str, now_ms: u64) -> Vec<Decision> {
+        if self.pending.remove(&id).is_none() {
+            return Vec::new();
+        }
+        self.last_end_ms = Some(now_ms);
+        if self.final_id == Some(id) {
+            self.final_id = None;
+        }
+        vec![Decision::Abort {
+            id,
+            reason: reason.to_string(),
+        }]
+    }
+
     /// The metadata of `id` was written: it is complete. Older pending checkpoints are subsumed.
     pub fn on_persisted(&mut self, id: u64, now_ms: u64) -> Vec<Decision> {
         let Some(p) = self.pending.remove(&id) else {

@@ -56,6 +56,8 @@ pub(crate) struct Node {
     pub(crate) outputs: Vec<usize>,
     pub(crate) out_ops: Arc<dyn OutputOps>,
     pub(crate) is_sink: bool,
+    /// The operator's coordinator, if it declared one.
+    pub(crate) coordinator: Option<Arc<dyn sluice_coordinator::CoordinatorProvider>>,
 }
 
 pub(crate) struct Edge {
@@ -90,6 +92,7 @@ impl StreamGraph {
             outputs: Vec::new(),
             out_ops,
             is_sink,
+            coordinator: None,
         });
         id
     }

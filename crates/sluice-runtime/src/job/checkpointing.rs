@@ -23,6 +23,8 @@ pub(crate) struct CompletedCheckpoint {
     pub(crate) timestamp_ms: u64,
     /// Per operator, one state per subtask, in subtask order.
     pub(crate) operators: BTreeMap<NodeId, Vec<OperatorState>>,
+    /// Per operator with a coordinator, the coordinator's state.
+    pub(crate) coordinators: BTreeMap<NodeId, Vec<u8>>,
 }
 
 impl CompletedCheckpoint {
@@ -30,9 +32,13 @@ impl CompletedCheckpoint {
         RestoreState {
             checkpoint_id: self.id,
             operators: self.operators.clone(),
+            coordinators: self.coordinators.clone(),
         }
     }
 }
+
+/// Coordinator states are stored as one-subtask pseudo operators with ids from here on.
+const COORDINATOR_NODE_BASE: usize = usize::MAX / 2;
 
 /// Where completed checkpoints are written; the master awaits it off the task loops.
 pub(crate) trait Persistence: Send + Sync + 'static {
@@ -70,6 +76,20 @@ impl Persistence for StoragePersistence {
                         .map_err(|e| e.to_string())?;
                     files.push(handle);
                 }
+            }
+            for (node, state) in &cp.coordinators {
+                let pseudo = NodeId(COORDINATOR_NODE_BASE + node.0);
+                operators.push(OperatorInfo {
+                    node: pseudo,
+                    parallelism: 1,
+                    max_parallelism: self.max_parallelism,
+                });
+                let handle = self
+                    .storage
+                    .write_state(id, pseudo, 0, state.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                files.push(handle);
             }
             let metadata = CheckpointMetadata {
                 job_fingerprint: self.fingerprint.clone(),
@@ -131,7 +151,12 @@ pub(crate) fn decode_restored(cp: RestoredCheckpoint) -> Result<RestoreState, Jo
     let id = cp.id().0;
     let location = cp.location().display().to_string();
     let mut operators: BTreeMap<NodeId, Vec<OperatorState>> = BTreeMap::new();
+    let mut coordinators = BTreeMap::new();
     for ((node, _subtask), bytes) in cp.into_states() {
+        if node.0 >= COORDINATOR_NODE_BASE {
+            coordinators.insert(NodeId(node.0 - COORDINATOR_NODE_BASE), bytes);
+            continue;
+        }
         let state: OperatorState = codec::decode(&bytes).map_err(|e| {
             JobError::InvalidJob(format!(
                 "checkpoint {id} in {location}: the state of operator {node} cannot be decoded: {e}"
@@ -142,6 +167,7 @@ pub(crate) fn decode_restored(cp: RestoredCheckpoint) -> Result<RestoreState, Jo
     Ok(RestoreState {
         checkpoint_id: id,
         operators,
+        coordinators,
     })
 }
 

@@ -4,6 +4,7 @@ use crate::error::JobError;
 use crate::graph::erased::{AnyBox, RunnableTask, TaskParts};
 use crate::graph::{NodeKind, StreamGraph};
 use crate::job::JobConfig;
+use crate::job::coordination::{TO_COORDINATOR_CAPACITY, ToCoordinator};
 use crate::job::plan::Plan;
 use crate::metrics::{JobMetrics, OperatorMetrics, SubtaskMetrics};
 use crate::operator::{ContextParts, OperatorContext};
@@ -45,6 +46,8 @@ pub(crate) struct RestoreState {
     pub(crate) checkpoint_id: u64,
     /// Per operator node, one state per old subtask, in subtask order.
     pub(crate) operators: BTreeMap<NodeId, Vec<OperatorState>>,
+    /// Per operator with a coordinator, the coordinator's state.
+    pub(crate) coordinators: BTreeMap<NodeId, Vec<u8>>,
 }
 
 /// Everything deployment built: the tasks and the master's ends of their mailboxes.
@@ -57,6 +60,10 @@ pub(crate) struct Deployment {
     pub(crate) reports: mpsc::Receiver<TaskReport>,
     /// The indices of the tasks that run sources.
     pub(crate) source_tasks: Vec<usize>,
+    /// The mailbox of the task running each (operator, subtask).
+    pub(crate) node_mailboxes: BTreeMap<(NodeId, usize), mpsc::Sender<TaskControl>>,
+    /// Events from operators to their coordinators.
+    pub(crate) to_coordinators: mpsc::Receiver<ToCoordinator>,
 }
 
 /// Messages one task's mailbox holds before the master waits.
@@ -111,6 +118,8 @@ pub(crate) fn deploy(
     max_concurrent_checkpoints: usize,
 ) -> Result<Deployment, JobError> {
     let mut shares = restored_shares(graph, plan, config, restore)?;
+    let (to_coordinator_tx, to_coordinators) = mpsc::channel(TO_COORDINATOR_CAPACITY);
+    let mut node_mailboxes = BTreeMap::new();
     let task_count: usize = plan
         .chains
         .iter()
@@ -140,6 +149,7 @@ pub(crate) fn deploy(
                         attempt_number: attempt,
                         metrics: m,
                         checkpointing,
+                        to_coordinator: n.coordinator.as_ref().map(|_| to_coordinator_tx.clone()),
                     })
                 })
                 .collect()
@@ -209,6 +219,9 @@ pub(crate) fn deploy(
             }
             let task_index = tasks.len();
             let (control_tx, control) = mpsc::channel(CONTROL_CAPACITY);
+            for id in chain {
+                node_mailboxes.insert((*id, s), control_tx.clone());
+            }
             controls.push(control_tx);
             let mailbox = TaskMailbox {
                 task: task_index,
@@ -246,5 +259,7 @@ pub(crate) fn deploy(
         controls,
         reports,
         source_tasks,
+        node_mailboxes,
+        to_coordinators,
     })
 }

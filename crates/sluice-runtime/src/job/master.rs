@@ -13,9 +13,12 @@ use crate::failover::{FailureHistory, RestartDecision, RestartStrategy};
 use crate::graph::StreamGraph;
 use crate::job::JobConfig;
 use crate::job::checkpointing::{CheckpointRun, CompletedCheckpoint, fingerprint, load_restore};
+use crate::job::coordination::{Coordinators, ToCoordinator};
 use crate::job::deploy::{DeployedTask, Deployment, MetricsRegistry, RestoreState, deploy};
 use crate::job::plan::Plan;
 use crate::task::control::{TaskControl, TaskReport, TaskSnapshot};
+use sluice_coordinator::CoordinatorFailure;
+use sluice_core::{AttemptNumber, NodeId};
 use sluice_core::{CheckpointBarrier, CheckpointId};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -73,7 +76,6 @@ pub(crate) async fn run_job(
     metrics: Arc<SharedMetrics>,
 ) -> Result<RunSummary, JobError> {
     let start = Instant::now();
-    let mut history = FailureHistory::new();
     let mut summary = RunSummary::default();
     let task_count: usize = spec
         .plan
@@ -114,6 +116,45 @@ pub(crate) async fn run_job(
             .max(stored_max);
         CheckpointPlanner::new(c.settings.clone(), task_count, last)
     });
+    let (failure_tx, mut coordinator_failures) = mpsc::channel(16);
+    let mut coordinators = Coordinators::create(&spec.graph, &spec.plan, failure_tx)?;
+    let restored = spec
+        .restore
+        .as_ref()
+        .map(|r| (r.checkpoint_id, r.coordinators.clone()));
+    coordinators
+        .start(restored.as_ref().map(|(id, m)| (*id, m)))
+        .await?;
+    let result = run_attempts(
+        &mut spec,
+        &mut coordinators,
+        &mut coordinator_failures,
+        planner.as_mut(),
+        &mut summary,
+        &cancel,
+        &mut triggers,
+        &metrics,
+        start,
+    )
+    .await;
+    coordinators.close().await;
+    result.map(|()| summary)
+}
+
+/// Runs attempts until the job finishes, is cancelled, or its restart strategy gives up.
+#[allow(clippy::too_many_arguments)] // the master's loop state, threaded through once
+async fn run_attempts(
+    spec: &mut JobSpec,
+    coordinators: &mut Coordinators,
+    coordinator_failures: &mut mpsc::Receiver<CoordinatorFailure>,
+    mut planner: Option<&mut CheckpointPlanner>,
+    summary: &mut RunSummary,
+    cancel: &CancellationToken,
+    triggers: &mut mpsc::Receiver<()>,
+    metrics: &SharedMetrics,
+    start: Instant,
+) -> Result<(), JobError> {
+    let mut history = FailureHistory::new();
     let mut attempt = 0u32;
     loop {
         let max_concurrent = spec
@@ -138,23 +179,38 @@ pub(crate) async fn run_job(
             controls,
             reports,
             source_tasks,
+            node_mailboxes,
+            to_coordinators,
         } = deployment;
         metrics.set(Arc::new(registry));
-        let end = Attempt {
-            controls,
-            reports,
-            source_tasks,
-            planner: planner.as_mut(),
-            checkpointing: spec.checkpointing.as_ref(),
-            start,
-            pending: BTreeMap::new(),
-            latest: &mut spec.restore,
-            summary: &mut summary,
-        }
-        .run(tasks, &cancel, &mut triggers)
-        .await;
+        let end = match coordinators
+            .attempt_deployed(attempt, &node_mailboxes)
+            .await
+        {
+            Err(e) => AttemptEnd::Failed(e),
+            Ok(()) => {
+                Attempt {
+                    controls,
+                    reports,
+                    source_tasks,
+                    planner: planner.as_deref_mut(),
+                    checkpointing: spec.checkpointing.as_ref(),
+                    start,
+                    pending: BTreeMap::new(),
+                    coordinator_states: BTreeMap::new(),
+                    latest: &mut spec.restore,
+                    summary: &mut *summary,
+                    coordinators: &mut *coordinators,
+                    to_coordinators,
+                    coordinator_failures: &mut *coordinator_failures,
+                    attempt,
+                }
+                .run(tasks, cancel, triggers)
+                .await
+            }
+        };
         match end {
-            AttemptEnd::Finished => return Ok(summary),
+            AttemptEnd::Finished => return Ok(()),
             AttemptEnd::Cancelled => return Err(JobError::Cancelled),
             AttemptEnd::Failed(err) => {
                 let at = start.elapsed();
@@ -173,6 +229,16 @@ pub(crate) async fn run_job(
                         tracing::warn!(error = %err, attempt, ?after, "job failed; restarting");
                         summary.restarts += 1;
                         attempt += 1;
+                        let restored = spec
+                            .restore
+                            .as_ref()
+                            .map(|r| (r.checkpoint_id, r.coordinators.clone()));
+                        coordinators
+                            .global_failover(
+                                &err.to_string(),
+                                restored.as_ref().map(|(id, m)| (*id, m)),
+                            )
+                            .await?;
                         tokio::select! {
                             _ = cancel.cancelled() => return Err(JobError::Cancelled),
                             _ = tokio::time::sleep(after) => {}
@@ -198,8 +264,14 @@ struct Attempt<'a> {
     start: Instant,
     /// Acknowledged state of pending checkpoints.
     pending: BTreeMap<u64, TaskSnapshot>,
+    /// Coordinator states of pending checkpoints.
+    coordinator_states: BTreeMap<u64, BTreeMap<NodeId, Vec<u8>>>,
     latest: &'a mut Option<RestoreState>,
     summary: &'a mut RunSummary,
+    coordinators: &'a mut Coordinators,
+    to_coordinators: mpsc::Receiver<ToCoordinator>,
+    coordinator_failures: &'a mut mpsc::Receiver<CoordinatorFailure>,
+    attempt: AttemptNumber,
 }
 
 impl Attempt<'_> {
@@ -237,7 +309,15 @@ impl Attempt<'_> {
                 }
                 joined = set.join_next() => {
                     let err = match joined {
-                        None => return AttemptEnd::Finished,
+                        None => {
+                            // Every task ended: hand the coordinators what the tasks sent last.
+                            while let Ok(event) = self.to_coordinators.try_recv() {
+                                if let Err(e) = self.coordinators.event_from_operator(event).await {
+                                    return AttemptEnd::Failed(e);
+                                }
+                            }
+                            return AttemptEnd::Finished;
+                        }
                         Some(Ok(Ok(()))) => continue,
                         Some(Ok(Err(e))) => e,
                         Some(Err(j)) if j.is_cancelled() => continue,
@@ -246,6 +326,16 @@ impl Attempt<'_> {
                     return AttemptEnd::Failed(fail_all(set, err).await);
                 }
                 Some(report) = self.reports.recv() => self.on_report(report),
+                Some(event) = self.to_coordinators.recv() => {
+                    match self.coordinators.event_from_operator(event).await {
+                        Ok(()) => Vec::new(),
+                        Err(e) => return AttemptEnd::Failed(abort_all(set, e).await),
+                    }
+                }
+                Some(failure) = self.coordinator_failures.recv() => {
+                    let e = JobError::CoordinatorFailed(failure.to_string());
+                    return AttemptEnd::Failed(abort_all(set, e).await);
+                }
                 Some(done) = persisting.join_next(), if !persisting.is_empty() => {
                     let now = ms_since(self.start);
                     match done {
@@ -279,8 +369,20 @@ impl Attempt<'_> {
                     self.planner.as_mut().map(|p| p.on_time(now)).unwrap_or_default()
                 }
             };
-            for d in decisions {
-                self.execute(d, &mut persisting).await;
+            let mut queue: std::collections::VecDeque<Decision> = decisions.into();
+            while let Some(d) = queue.pop_front() {
+                match self.execute(d, &mut persisting).await {
+                    Ok(more) => queue.extend(more),
+                    Err(e) => return AttemptEnd::Failed(abort_all(set, e).await),
+                }
+            }
+            let lost = self.coordinators.lost_attempts();
+            if let Some((node, target)) = lost.first() {
+                let e = JobError::CoordinatorFailed(format!(
+                    "an operator event from the coordinator of operator {node} to {target} was \
+                     lost while the task ran; failing over to stay consistent"
+                ));
+                return AttemptEnd::Failed(abort_all(set, e).await);
             }
         }
     }
@@ -296,6 +398,10 @@ impl Attempt<'_> {
                 checkpoint,
                 states,
             } => {
+                for (node, subtask, _) in &states {
+                    self.coordinators
+                        .barrier_taken(*node, *subtask, self.attempt, checkpoint);
+                }
                 if planner.pending_ids().contains(&checkpoint) {
                     self.pending.entry(checkpoint).or_default().extend(states);
                 }
@@ -310,20 +416,30 @@ impl Attempt<'_> {
         }
     }
 
-    async fn send_all(&self, msg: impl Fn() -> TaskControl) {
-        for c in &self.controls {
-            // A task that ended cannot receive; its exit is reported through the join set.
-            let _ = c.send(msg()).await;
-        }
-    }
-
+    /// Carries out one decision; returns the decisions that follow from it.
     async fn execute(
         &mut self,
         decision: Decision,
         persisting: &mut JoinSet<(u64, Result<CompletedCheckpoint, String>)>,
-    ) {
+    ) -> Result<Vec<Decision>, JobError> {
         match decision {
             Decision::Trigger { id, timestamp_ms } => {
+                // Coordinators first: their snapshot precedes the barriers.
+                if !self.coordinators.is_empty() {
+                    match self.coordinators.checkpoint(id).await {
+                        Ok(states) => {
+                            self.coordinator_states.insert(id, states);
+                        }
+                        Err(reason) => {
+                            let now = ms_since(self.start);
+                            return Ok(self
+                                .planner
+                                .as_mut()
+                                .map(|p| p.on_coordinator_declined(id, &reason, now))
+                                .unwrap_or_default());
+                        }
+                    }
+                }
                 let barrier = CheckpointBarrier {
                     id: CheckpointId(id),
                     timestamp_ms,
@@ -360,6 +476,7 @@ impl Attempt<'_> {
                     id,
                     timestamp_ms: ms_since(self.start),
                     operators,
+                    coordinators: self.coordinator_states.remove(&id).unwrap_or_default(),
                 };
                 let persistence = self.checkpointing.map(|c| c.persistence.clone());
                 persisting.spawn(async move {
@@ -371,20 +488,39 @@ impl Attempt<'_> {
                 });
             }
             Decision::NotifyComplete { id } => {
-                self.send_all(|| TaskControl::NotifyComplete(id)).await;
+                self.coordinators.checkpoint_complete(id).await?;
+                send_all(&self.controls, || TaskControl::NotifyComplete(id)).await;
             }
             Decision::Abort { id, reason } => {
                 tracing::info!(checkpoint = id, %reason, "checkpoint aborted");
                 self.pending.remove(&id);
-                self.send_all(|| TaskControl::NotifyAborted(id)).await;
+                self.coordinator_states.remove(&id);
+                self.coordinators.checkpoint_aborted(id).await?;
+                send_all(&self.controls, || TaskControl::NotifyAborted(id)).await;
                 if let Some(c) = self.checkpointing {
                     let p = c.persistence.clone();
                     tokio::spawn(async move { p.discard(id).await });
                 }
             }
-            Decision::Finish => self.send_all(|| TaskControl::Finish).await,
+            Decision::Finish => send_all(&self.controls, || TaskControl::Finish).await,
         }
+        Ok(Vec::new())
     }
+}
+
+/// Sends one message to every task. A task that ended cannot receive; its exit is reported
+/// through the join set.
+async fn send_all(controls: &[mpsc::Sender<TaskControl>], msg: impl Fn() -> TaskControl) {
+    for c in controls {
+        let _ = c.send(msg()).await;
+    }
+}
+
+/// Aborts every task because of `cause` (not a task's failure) and waits until all stopped.
+async fn abort_all(mut set: JoinSet<Result<(), TaskError>>, cause: JobError) -> JobError {
+    set.abort_all();
+    while set.join_next().await.is_some() {}
+    cause
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

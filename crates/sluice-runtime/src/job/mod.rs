@@ -8,6 +8,7 @@
 
 pub(crate) mod checkpointing;
 mod config;
+pub(crate) mod coordination;
 pub(crate) mod deploy;
 mod handle;
 pub(crate) mod master;

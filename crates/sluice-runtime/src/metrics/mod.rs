@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 use sluice_core::{NodeId, SubtaskIndex};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -26,6 +27,7 @@ pub struct OperatorMetrics {
     records_out: AtomicU64,
     busy_ns: AtomicU64,
     backpressured_ns: AtomicU64,
+    gauges: std::sync::Mutex<BTreeMap<String, i64>>,
 }
 
 impl OperatorMetrics {
@@ -49,6 +51,38 @@ impl OperatorMetrics {
     pub(crate) fn add_backpressured(&self, d: Duration) {
         self.backpressured_ns
             .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Sets the operator-defined gauge `name` (set rarely, e.g. per checkpoint or per event;
+    /// not meant for the per-record path).
+    ///
+    /// ```
+    /// use sluice_runtime::OperatorMetrics;
+    /// let m = OperatorMetrics::default();
+    /// m.set_gauge("global_progress", 42);
+    /// assert_eq!(m.gauge("global_progress"), Some(42));
+    /// ```
+    pub fn set_gauge(&self, name: &str, value: i64) {
+        self.gauges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), value);
+    }
+
+    /// The value of gauge `name`, if set.
+    pub fn gauge(&self, name: &str) -> Option<i64> {
+        self.gauges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .copied()
+    }
+
+    fn gauges(&self) -> BTreeMap<String, i64> {
+        self.gauges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Records that entered the operator so far.
@@ -89,6 +123,8 @@ pub struct SubtaskMetrics {
     pub busy: Duration,
     /// Backpressured time.
     pub backpressured: Duration,
+    /// Operator-defined gauges.
+    pub gauges: BTreeMap<String, i64>,
 }
 
 impl SubtaskMetrics {
@@ -106,6 +142,7 @@ impl SubtaskMetrics {
             records_out: m.records_out(),
             busy: m.busy(),
             backpressured: m.backpressured(),
+            gauges: m.gauges(),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! [`OperatorContext`]: what an operator instance knows about where it runs.
 
+use crate::job::coordination::ToCoordinator;
 use crate::metrics::OperatorMetrics;
-use sluice_core::{AttemptNumber, NodeId, SubtaskIndex};
+use sluice_core::{AttemptNumber, NodeId, OperatorEvent, SubtaskIndex, UserError};
 use std::sync::Arc;
+use tokio::sync::mpsc;
 
 /// Where an operator instance runs: its operator, subtask, parallelism and attempt.
 ///
@@ -30,6 +32,7 @@ pub(crate) struct ContextParts {
     pub(crate) attempt_number: AttemptNumber,
     pub(crate) metrics: Arc<OperatorMetrics>,
     pub(crate) checkpointing: bool,
+    pub(crate) to_coordinator: Option<mpsc::Sender<ToCoordinator>>,
 }
 
 #[derive(Debug)]
@@ -42,6 +45,7 @@ struct Inner {
     attempt_number: AttemptNumber,
     metrics: Arc<OperatorMetrics>,
     checkpointing: bool,
+    to_coordinator: Option<mpsc::Sender<ToCoordinator>>,
 }
 
 impl OperatorContext {
@@ -56,6 +60,7 @@ impl OperatorContext {
                 attempt_number: parts.attempt_number,
                 metrics: parts.metrics,
                 checkpointing: parts.checkpointing,
+                to_coordinator: parts.to_coordinator,
             }),
         }
     }
@@ -71,6 +76,7 @@ impl OperatorContext {
             attempt_number: 0,
             metrics: Arc::new(OperatorMetrics::default()),
             checkpointing: false,
+            to_coordinator: None,
         })
     }
 
@@ -113,6 +119,48 @@ impl OperatorContext {
     /// This subtask's metrics.
     pub fn metrics(&self) -> &Arc<OperatorMetrics> {
         &self.inner.metrics
+    }
+
+    /// Whether this operator has a coordinator (declared with
+    /// [`DataStream::transform_with_coordinator`](crate::DataStream::transform_with_coordinator)).
+    pub fn has_coordinator(&self) -> bool {
+        self.inner.to_coordinator.is_some()
+    }
+
+    /// Sends an encoded event to this operator's coordinator. It reaches the coordinator's
+    /// `handle_event_from_operator` with this subtask's index and attempt number, in send order.
+    /// Fails if the operator has no coordinator, or if the job master's bounded event queue is
+    /// full (the coordinator is far behind).
+    pub fn send_event_to_coordinator(&self, event: OperatorEvent) -> Result<(), UserError> {
+        let Some(tx) = &self.inner.to_coordinator else {
+            return Err(format!("{} has no coordinator to send events to", self.describe()).into());
+        };
+        tx.try_send(ToCoordinator {
+            node: self.inner.operator_id,
+            subtask: self.inner.subtask_index,
+            attempt: self.inner.attempt_number,
+            event,
+        })
+        .map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => format!(
+                "{}: the queue of events to the coordinator is full ({} events)",
+                self.describe(),
+                crate::job::coordination::TO_COORDINATOR_CAPACITY
+            )
+            .into(),
+            mpsc::error::TrySendError::Closed(_) => {
+                format!("{}: the job master is gone", self.describe()).into()
+            }
+        })
+    }
+
+    /// Encodes `event` with the sluice codec and sends it to the coordinator (see
+    /// [`send_event_to_coordinator`](Self::send_event_to_coordinator)).
+    pub fn send_to_coordinator<T: serde::Serialize + ?Sized>(
+        &self,
+        event: &T,
+    ) -> Result<(), UserError> {
+        self.send_event_to_coordinator(OperatorEvent::new(sluice_core::codec::encode(event)?))
     }
 
     /// "operator 'name' (#id), subtask i of p, attempt a": how errors name this instance.

@@ -1,0 +1,478 @@
+//! The job master's side of operator coordinators (Flink's `OperatorCoordinatorHolder`).
+//!
+//! One [`Holder`] per operator that declared a coordinator. It creates the coordinator (wrapped
+//! so that a global failover recreates it), starts it, gives it one gateway per subtask attempt,
+//! routes events both ways, and aligns coordinator events with checkpoints through the pure
+//! [`EventValve`]:
+//!
+//! - coordinator → subtask: the coordinator sends through a gateway whose transport is the valve;
+//!   an open valve hands the event to the subtask task's mailbox at once (the acknowledgement is
+//!   the mailbox taking it), a closed one holds it;
+//! - subtask → coordinator: an operator calls `OperatorContext::send_event_to_coordinator`; the
+//!   master drops events of attempts that are no longer live and passes the rest on;
+//! - at checkpoint N the master first checkpoints every coordinator; the instant a coordinator
+//!   completes its snapshot, its valve closes (events sent afterwards belong to N + 1 and are held
+//!   per subtask); barriers are injected only once every event sent before the snapshot was
+//!   taken by its mailbox; when a subtask acknowledges N (it took the barrier), its held events
+//!   are released in order; completion, abort and reset release everything.
+
+use crate::error::JobError;
+use crate::graph::StreamGraph;
+use crate::job::plan::Plan;
+use crate::task::control::TaskControl;
+use sluice_coordinator::valve::{EventId, EventValve, Release, SendOutcome};
+use sluice_coordinator::{
+    AckFuture, AckSender, CheckpointResult, CoordinatorContext, CoordinatorFailure,
+    CoordinatorProvider, EventTransport, JobFailureHook, LiveAttempts, OperatorCoordinator,
+    RecreateOnResetCoordinator, SendError, SubtaskAttempt, SubtaskGateway,
+};
+use sluice_core::{AttemptNumber, CheckpointId, NodeId, OperatorEvent, SubtaskIndex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
+
+/// How many events from operators to coordinators may wait for the job master.
+pub(crate) const TO_COORDINATOR_CAPACITY: usize = 1024;
+
+/// An event from an operator subtask to its coordinator.
+#[derive(Debug)]
+pub(crate) struct ToCoordinator {
+    pub(crate) node: NodeId,
+    pub(crate) subtask: SubtaskIndex,
+    pub(crate) attempt: AttemptNumber,
+    pub(crate) event: OperatorEvent,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the valve transport shares with the holder.
+struct Shared {
+    node: NodeId,
+    valve: Mutex<EventValve<OperatorEvent>>,
+    /// Acknowledgements owed for events the valve holds.
+    waiting: Mutex<HashMap<EventId, AckSender>>,
+    /// The mailbox of each running subtask attempt.
+    mailboxes: Mutex<BTreeMap<SubtaskAttempt, mpsc::Sender<TaskControl>>>,
+    /// Attempts whose events were lost while they ran: they must be failed over.
+    lost: Mutex<Vec<SubtaskAttempt>>,
+    /// Why the valve refused to close for a checkpoint, if it did.
+    close_error: Mutex<Option<String>>,
+    /// Held across a valve decision and the mailbox hand-off, so that events released by the
+    /// master and events sent by the coordinator thread reach a mailbox in valve order.
+    order: Mutex<()>,
+    ready: tokio::sync::Notify,
+}
+
+impl Shared {
+    /// Hands an event the valve let through to its attempt's mailbox.
+    fn deliver(
+        &self,
+        target: SubtaskAttempt,
+        id: EventId,
+        event: OperatorEvent,
+    ) -> Result<(), SendError> {
+        let tx = lock(&self.mailboxes).get(&target).cloned();
+        let sent = match tx {
+            None => Err(SendError::TaskNotRunning { target }),
+            Some(tx) => enqueue(
+                &tx,
+                TaskControl::OperatorEvent {
+                    target: self.node,
+                    event,
+                },
+            )
+            .map_err(|full| {
+                if full {
+                    SendError::MailboxFull { target }
+                } else {
+                    SendError::TaskNotRunning { target }
+                }
+            }),
+        };
+        match &sent {
+            Ok(()) => {
+                lock(&self.valve).acked(id);
+            }
+            Err(_) => {
+                let failure = lock(&self.valve).delivery_failed(id);
+                if let Some(t) = failure.failover {
+                    lock(&self.lost).push(t);
+                }
+            }
+        }
+        self.ready.notify_waiters();
+        sent
+    }
+
+    /// Delivers events the valve released, completing their acknowledgements. The caller holds
+    /// `order` since the valve decided the release.
+    fn release(&self, releases: Vec<Release<OperatorEvent>>) {
+        for r in releases {
+            let result = self.deliver(r.target, r.id, r.event);
+            if let Some(ack) = lock(&self.waiting).remove(&r.id) {
+                match result {
+                    Ok(()) => ack.ack(),
+                    Err(e) => ack.fail(e),
+                }
+            }
+        }
+    }
+}
+
+/// Puts `msg` into a task's mailbox. Blocks only a plain thread (the coordinator's), or a worker
+/// of a multi-threaded runtime after handing its other tasks away; `Err(true)` when the mailbox is
+/// full and waiting is not allowed here, `Err(false)` when the task is gone.
+fn enqueue(tx: &mpsc::Sender<TaskControl>, msg: TaskControl) -> Result<(), bool> {
+    match tx.try_send(msg) {
+        Ok(()) => Ok(()),
+        Err(TrySendError::Closed(_)) => Err(false),
+        Err(TrySendError::Full(msg)) => match tokio::runtime::Handle::try_current() {
+            Err(_) => tx.blocking_send(msg).map_err(|_| false),
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| tx.blocking_send(msg)).map_err(|_| false)
+            }
+            Ok(_) => Err(true),
+        },
+    }
+}
+
+/// The gateways' transport: every send goes through the valve.
+struct ValveTransport(Arc<Shared>);
+
+impl EventTransport for ValveTransport {
+    fn send(&self, target: SubtaskAttempt, event: OperatorEvent) -> AckFuture {
+        let _order = lock(&self.0.order);
+        let outcome = lock(&self.0.valve).send(target, event);
+        match outcome {
+            SendOutcome::Deliver { id, event } => match self.0.deliver(target, id, event) {
+                Ok(()) => AckFuture::acked(),
+                Err(e) => AckFuture::failed(e),
+            },
+            SendOutcome::Held { id } => {
+                let (ack, fut) = AckFuture::channel(target);
+                lock(&self.0.waiting).insert(id, ack);
+                fut
+            }
+            SendOutcome::NotRunning { .. } => {
+                AckFuture::failed(SendError::TaskNotRunning { target })
+            }
+        }
+    }
+}
+
+/// One operator's coordinator and its valve.
+struct Holder {
+    node: NodeId,
+    name: String,
+    parallelism: usize,
+    coordinator: RecreateOnResetCoordinator,
+    shared: Arc<Shared>,
+    live: LiveAttempts,
+    attempts: Vec<Option<AttemptNumber>>,
+}
+
+/// Every coordinator of a job.
+pub(crate) struct Coordinators {
+    holders: Vec<Holder>,
+}
+
+fn coordinator_error(name: &str, what: &str, e: impl std::fmt::Display) -> JobError {
+    JobError::Internal(format!(
+        "the coordinator of operator '{name}' failed to {what}: {e}"
+    ))
+}
+
+impl Coordinators {
+    /// Creates the coordinators declared in `graph`; their failures go to `failures`.
+    pub(crate) fn create(
+        graph: &StreamGraph,
+        plan: &Plan,
+        failures: mpsc::Sender<CoordinatorFailure>,
+    ) -> Result<Self, JobError> {
+        let mut holders = Vec::new();
+        for n in &graph.nodes {
+            let Some(provider) = &n.coordinator else {
+                continue;
+            };
+            let p = plan.parallelism[n.id.0];
+            let tx = failures.clone();
+            // One failure is enough to fail the job; later ones are dropped when the queue is full.
+            let hook = JobFailureHook::new(move |f| {
+                let _ = tx.try_send(f);
+            });
+            let context = CoordinatorContext::new(n.name.clone(), n.id, p, hook);
+            let provider: Arc<dyn CoordinatorProvider> = provider.clone();
+            let coordinator = RecreateOnResetCoordinator::new(provider, context)
+                .map_err(|e| coordinator_error(&n.name, "be created", e))?;
+            holders.push(Holder {
+                node: n.id,
+                name: n.name.clone(),
+                parallelism: p,
+                coordinator,
+                shared: Arc::new(Shared {
+                    node: n.id,
+                    valve: Mutex::new(EventValve::new()),
+                    waiting: Mutex::new(HashMap::new()),
+                    mailboxes: Mutex::new(BTreeMap::new()),
+                    lost: Mutex::new(Vec::new()),
+                    close_error: Mutex::new(None),
+                    order: Mutex::new(()),
+                    ready: tokio::sync::Notify::new(),
+                }),
+                live: LiveAttempts::new(p),
+                attempts: vec![None; p],
+            });
+        }
+        Ok(Coordinators { holders })
+    }
+
+    /// Whether the job has any coordinator.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.holders.is_empty()
+    }
+
+    /// Starts every coordinator, after restoring `states` (global restore before the first
+    /// attempt).
+    pub(crate) async fn start(
+        &mut self,
+        restore: Option<(u64, &BTreeMap<NodeId, Vec<u8>>)>,
+    ) -> Result<(), JobError> {
+        for h in &mut self.holders {
+            if let Some((id, states)) = restore {
+                let state = states.get(&h.node).cloned();
+                h.coordinator
+                    .reset_to_checkpoint(CheckpointId(id), state)
+                    .await
+                    .map_err(|e| coordinator_error(&h.name, "restore", e))?;
+            }
+            h.coordinator
+                .start()
+                .await
+                .map_err(|e| coordinator_error(&h.name, "start", e))?;
+        }
+        Ok(())
+    }
+
+    /// The tasks of `attempt` are deployed: register their mailboxes and tell the coordinators.
+    /// `mailboxes` maps (operator, subtask) to the mailbox of the task running it.
+    pub(crate) async fn attempt_deployed(
+        &mut self,
+        attempt: AttemptNumber,
+        mailboxes: &BTreeMap<(NodeId, SubtaskIndex), mpsc::Sender<TaskControl>>,
+    ) -> Result<(), JobError> {
+        for h in &mut self.holders {
+            for s in 0..h.parallelism {
+                let target = SubtaskAttempt::new(s, attempt);
+                if let Some(tx) = mailboxes.get(&(h.node, s)) {
+                    lock(&h.shared.mailboxes).insert(target, tx.clone());
+                }
+                lock(&h.shared.valve).attempt_ready(target);
+                h.live.attempt_ready(s, attempt);
+                h.attempts[s] = Some(attempt);
+                let transport: Arc<dyn EventTransport> = Arc::new(ValveTransport(h.shared.clone()));
+                let gateway = SubtaskGateway::new(s, attempt, transport);
+                h.coordinator
+                    .execution_attempt_ready(s, attempt, gateway)
+                    .await
+                    .map_err(|e| coordinator_error(&h.name, "accept a ready subtask", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Passes an operator's event to its coordinator, unless it comes from an attempt that is
+    /// no longer live.
+    pub(crate) async fn event_from_operator(&mut self, e: ToCoordinator) -> Result<(), JobError> {
+        let Some(h) = self.holders.iter_mut().find(|h| h.node == e.node) else {
+            return Ok(());
+        };
+        if !h.live.admit(e.subtask, e.attempt) {
+            tracing::debug!(operator = %h.name, subtask = e.subtask, attempt = e.attempt, "dropping an event of a failed attempt");
+            return Ok(());
+        }
+        h.coordinator
+            .handle_event_from_operator(e.subtask, e.attempt, e.event)
+            .await
+            .map_err(|err| coordinator_error(&h.name, "handle an operator event", err))
+    }
+
+    /// Checkpoints every coordinator for checkpoint `id`, before barriers are injected. Returns
+    /// each coordinator's state once every event sent before its snapshot reached its mailbox.
+    pub(crate) async fn checkpoint(
+        &mut self,
+        id: u64,
+    ) -> Result<BTreeMap<NodeId, Vec<u8>>, String> {
+        let cid = CheckpointId(id);
+        let mut states = BTreeMap::new();
+        for h in &mut self.holders {
+            lock(&h.shared.valve)
+                .trigger(cid)
+                .map_err(|e| format!("coordinator of '{}': {e}", h.name))?;
+            let shared = h.shared.clone();
+            let (result, future) = CheckpointResult::new(cid);
+            // The valve closes the instant the snapshot completes, on the thread completing it,
+            // so no event sent afterwards can slip into this checkpoint.
+            let result = result.with_completion_hook(move |c, outcome| {
+                if outcome.is_ok() {
+                    let _order = lock(&shared.order);
+                    if let Err(e) = lock(&shared.valve).coordinator_checkpoint_taken(c) {
+                        *lock(&shared.close_error) = Some(e.to_string());
+                    }
+                }
+            });
+            h.coordinator
+                .checkpoint_coordinator(cid, result)
+                .await
+                .map_err(|e| format!("coordinator of '{}' failed to checkpoint: {e}", h.name))?;
+            let state = future.await.map_err(|d| {
+                format!(
+                    "coordinator of '{}' declined checkpoint {id}: {}",
+                    h.name, d.reason
+                )
+            })?;
+            loop {
+                let notified = h.shared.ready.notified();
+                {
+                    let valve = lock(&h.shared.valve);
+                    if valve.is_checkpoint_ready(cid) {
+                        break;
+                    }
+                    if let Some(e) = lock(&h.shared.close_error).take() {
+                        return Err(format!("coordinator of '{}': {e}", h.name));
+                    }
+                    if !valve.pending_checkpoints().contains(&cid) {
+                        return Err(format!(
+                            "coordinator of '{}': an event sent before checkpoint {id} was lost",
+                            h.name
+                        ));
+                    }
+                }
+                notified.await;
+            }
+            states.insert(h.node, state);
+        }
+        Ok(states)
+    }
+
+    /// Task running (operator, subtask) of `attempt` took barrier `id`: release held events.
+    pub(crate) fn barrier_taken(
+        &self,
+        node: NodeId,
+        subtask: SubtaskIndex,
+        attempt: AttemptNumber,
+        id: u64,
+    ) {
+        if let Some(h) = self.holders.iter().find(|h| h.node == node) {
+            let _order = lock(&h.shared.order);
+            let released = lock(&h.shared.valve)
+                .barrier_taken(SubtaskAttempt::new(subtask, attempt), CheckpointId(id));
+            if let Ok(released) = released {
+                h.shared.release(released);
+            }
+        }
+    }
+
+    /// Checkpoint `id` completed.
+    pub(crate) async fn checkpoint_complete(&mut self, id: u64) -> Result<(), JobError> {
+        for h in &mut self.holders {
+            {
+                let _order = lock(&h.shared.order);
+                let released = lock(&h.shared.valve)
+                    .checkpoint_complete(CheckpointId(id))
+                    .unwrap_or_default();
+                h.shared.release(released);
+            }
+            h.coordinator
+                .notify_checkpoint_complete(CheckpointId(id))
+                .await
+                .map_err(|e| coordinator_error(&h.name, "take a checkpoint notification", e))?;
+        }
+        Ok(())
+    }
+
+    /// Checkpoint `id` was aborted.
+    pub(crate) async fn checkpoint_aborted(&mut self, id: u64) -> Result<(), JobError> {
+        for h in &mut self.holders {
+            {
+                let _order = lock(&h.shared.order);
+                let released = lock(&h.shared.valve)
+                    .checkpoint_aborted(CheckpointId(id))
+                    .unwrap_or_default();
+                h.shared.release(released);
+            }
+            h.coordinator
+                .notify_checkpoint_aborted(CheckpointId(id))
+                .await
+                .map_err(|e| coordinator_error(&h.name, "take an abort notification", e))?;
+        }
+        Ok(())
+    }
+
+    /// Attempts whose events were lost while they ran (they must be failed over).
+    pub(crate) fn lost_attempts(&self) -> Vec<(NodeId, SubtaskAttempt)> {
+        self.holders
+            .iter()
+            .flat_map(|h| {
+                lock(&h.shared.lost)
+                    .drain(..)
+                    .map(|t| (h.node, t))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Every task failed or was cancelled (global failover): tell the coordinators each attempt
+    /// failed, then reset them to checkpoint `restore` (recreating them).
+    pub(crate) async fn global_failover(
+        &mut self,
+        reason: &str,
+        restore: Option<(u64, &BTreeMap<NodeId, Vec<u8>>)>,
+    ) -> Result<(), JobError> {
+        for h in &mut self.holders {
+            for s in 0..h.parallelism {
+                if let Some(attempt) = h.attempts[s].take() {
+                    let target = SubtaskAttempt::new(s, attempt);
+                    lock(&h.shared.mailboxes).remove(&target);
+                    let failed = lock(&h.shared.valve).attempt_failed(target);
+                    for (id, _) in failed.dropped {
+                        let ack = lock(&h.shared.waiting).remove(&id);
+                        if let Some(ack) = ack {
+                            ack.fail(SendError::TaskNotRunning { target });
+                        }
+                    }
+                    h.live.attempt_failed(s, attempt);
+                    h.coordinator
+                        .execution_attempt_failed(s, attempt, Some(reason.to_string()))
+                        .await
+                        .map_err(|e| coordinator_error(&h.name, "take a subtask failure", e))?;
+                }
+            }
+            {
+                let _order = lock(&h.shared.order);
+                let released = lock(&h.shared.valve).reset();
+                h.shared.release(released);
+            }
+            let (id, state) = match restore {
+                Some((id, states)) => (CheckpointId(id), states.get(&h.node).cloned()),
+                None => (sluice_coordinator::NO_CHECKPOINT, None),
+            };
+            h.coordinator
+                .reset_to_checkpoint(id, state)
+                .await
+                .map_err(|e| coordinator_error(&h.name, "reset", e))?;
+        }
+        Ok(())
+    }
+
+    /// Closes every coordinator (errors are logged: closing never fails a job).
+    pub(crate) async fn close(&mut self) {
+        for h in &mut self.holders {
+            if let Err(e) = h.coordinator.close().await {
+                tracing::warn!(operator = %h.name, error = %e, "closing a coordinator failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! The global-progress coordinator end to end: under random injected task failures its totals
+//! never count a record twice.
+
+#[path = "../examples/global_progress/progress.rs"]
+#[allow(dead_code)]
+mod progress;
+
+use progress::{GlobalProgress, Progress};
+use sluice::failover::RestartStrategy;
+use sluice::prelude::*;
+use sluice::testing::{FailureInjector, SplitMix64};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+async fn trial(seed: u64) -> (u32, usize) {
+    let mut rng = SplitMix64(seed);
+    let p = rng.range(1, 4) as usize;
+    let n = rng.range(5_000, 20_000);
+    let storage = tempfile::tempdir().unwrap();
+    let env = StreamEnvironment::new();
+    env.set_parallelism(p).set_batch_size(32);
+    env.enable_checkpointing(Duration::from_millis(rng.range(2, 5)));
+    env.set_checkpoint_storage(storage.path());
+    env.set_restart_strategy(RestartStrategy::fixed_delay(20, Duration::ZERO).unwrap());
+    let log = Arc::new(Mutex::new(Vec::new()));
+    env.from_generator(Generator::new(|i| i).take(n).rate_limit(500_000.0))
+        .process(FailureInjector::seeded(0.01, seed).times(2))
+        .transform_with_coordinator(
+            "Progress",
+            Progress::default(),
+            GlobalProgress::provider(log.clone()),
+        )
+        .discard();
+    let context = format!("seed {seed}: parallelism {p}, {n} records");
+    let result = env
+        .execute("progress")
+        .await
+        .unwrap_or_else(|e| panic!("{context}: {e}"));
+    let mut totals = log.lock().unwrap().clone();
+    totals.sort();
+    assert!(!totals.is_empty(), "{context}: no total was computed");
+    for w in totals.windows(2) {
+        assert!(
+            w[0].0 < w[1].0,
+            "{context}: two totals for checkpoint {}",
+            w[0].0
+        );
+        assert!(w[0].1 <= w[1].1, "{context}: progress went back: {w:?}");
+    }
+    for (c, t) in &totals {
+        assert!(
+            *t <= n,
+            "{context}: checkpoint {c} counted {t} of {n} records: double counting"
+        );
+    }
+    assert_eq!(
+        totals.last().map(|t| t.1),
+        Some(n),
+        "{context}: the final checkpoint must count every record once"
+    );
+    for s in result.metrics.subtasks_of("Progress") {
+        if let Some(g) = s.gauges.get("global_progress") {
+            assert!(
+                totals.iter().any(|(_, t)| *t as i64 == *g),
+                "{context}: subtask {} saw {g}",
+                s.subtask
+            );
+        }
+    }
+    (result.restarts, totals.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_progress_never_double_counts_under_random_failures() {
+    let (mut restarts, mut totals) = (0, 0);
+    for t in 0..12 {
+        let (r, n) = trial(0x9a0b_0000 + t).await;
+        restarts += r;
+        totals += n;
+    }
+    println!("12 trials: {restarts} restarts, {totals} totals");
+    assert!(
+        restarts >= 6,
+        "only {restarts} restarts: the suite must exercise recovery"
+    );
+}
