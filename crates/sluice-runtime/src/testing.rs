@@ -4,7 +4,9 @@
 //! [`FailureInjector`] is an operator that passes records through unchanged and panics when its
 //! plan says so: at a record count of one subtask, with a seeded probability per batch, or while
 //! snapshotting. A shared budget limits how many failures happen over the whole job (across
-//! restarts), so a test can inject exactly N failures and still expect the job to finish.
+//! restarts), so a test can inject exactly N failures and still expect the job to finish. The
+//! first injected panic installs a panic hook that reports injected panics on one line, without
+//! a backtrace, and passes every other panic to the previous hook.
 //!
 //! ```
 //! use sluice_runtime::prelude::*;
@@ -25,6 +27,26 @@ use crate::state::{OperatorState, ValueState};
 use sluice_core::{CheckpointId, Data, UserError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The start of every injected panic's message.
+const INJECTED: &str = "injected failure";
+
+/// Installs, once per process, a panic hook that reports injected panics on one line (without a
+/// backtrace) and hands every other panic to the hook that was there before.
+fn quiet_injected_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = sluice_core::panic_message(info.payload());
+            if message.starts_with(INJECTED) {
+                eprintln!("(expected) {message}");
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
 
 #[derive(Clone, Copy, Debug)]
 enum Trigger {
@@ -117,8 +139,9 @@ impl FailureInjector {
     }
 
     fn fail(&self, where_: &str) -> ! {
+        quiet_injected_panics();
         let n = self.injected.fetch_add(1, Ordering::SeqCst) + 1;
-        panic!("injected failure #{n} {where_} (subtask {})", self.subtask);
+        panic!("{INJECTED} #{n} {where_} (subtask {})", self.subtask);
     }
 }
 
