@@ -5,6 +5,7 @@
 //! - [`OperatorCoordinator`] and [`CoordinatorProvider`]: the lifecycle the job master drives;
 //! - [`CoordinatorContextBase`]: the reusable part of every coordinator (its thread, subtask
 //!   gateways, job-failure hook, calls into the coordinator thread, worker pool);
+//! - [`BaseCoordinator`] and [`CoordinatorLogic`]: a whole coordinator from just its logic;
 //! - [`CoordinatorExecutorThreadFactory`] and [`CoordinatorExecutor`]: the one named thread per
 //!   coordinator and the bounded queue it runs;
 //! - [`gateway`]: [`SubtaskGateway`], the [`EventTransport`] seam the runtime plugs its task
@@ -40,6 +41,7 @@ mod event;
 mod executor;
 mod filter;
 pub mod gateway;
+mod logic;
 mod recreate;
 mod thread_factory;
 mod util;
@@ -59,5 +61,6 @@ pub use filter::LiveAttempts;
 pub use gateway::{
     AckFuture, AckSender, EventTransport, SubtaskAttempt, SubtaskGateway, SubtaskGateways,
 };
+pub use logic::{BaseCoordinator, CoordinatorLogic};
 pub use recreate::RecreateOnResetCoordinator;
 pub use thread_factory::{CoordinatorExecutorThreadFactory, PanicHandler};

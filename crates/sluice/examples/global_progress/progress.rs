@@ -8,8 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 use sluice::coordinator::{
-    CheckpointResult, CoordinatorContext, CoordinatorContextBase, CoordinatorError,
-    CoordinatorFuture, OperatorCoordinator, SubtaskGateway, decode_event, done, encode_event,
+    BaseCoordinator, CoordinatorContextBase, CoordinatorLogic, CoordinatorProvider, decode_event,
+    encode_event,
 };
 use sluice::core::{CheckpointId, OperatorEvent, codec};
 use sluice::prelude::*;
@@ -25,176 +25,79 @@ pub enum ProgressEvent {
     Total { checkpoint: u64, total: u64 },
 }
 
-/// The coordinator. `log` records every total it computed, for tests and the demo.
+/// The coordinator's logic. `log` records every total it published, for tests and the demo.
 pub struct GlobalProgress {
-    base: CoordinatorContextBase,
-    state: Arc<Mutex<Totals>>,
+    reports: BTreeMap<u64, BTreeMap<usize, u64>>,
+    completed: BTreeMap<u64, bool>,
     log: Arc<Mutex<Vec<(u64, u64)>>>,
 }
 
-/// Per checkpoint: the reports so far, whether it completed; a total is published once both
-/// are in.
-#[derive(Default)]
-struct Totals {
-    reports: BTreeMap<u64, BTreeMap<usize, u64>>,
-    completed: BTreeMap<u64, bool>,
-}
+impl GlobalProgress {
+    /// A provider for `transform_with_coordinator`.
+    pub fn provider(log: Arc<Mutex<Vec<(u64, u64)>>>) -> impl CoordinatorProvider {
+        BaseCoordinator::provider(move || GlobalProgress {
+            reports: BTreeMap::new(),
+            completed: BTreeMap::new(),
+            log: log.clone(),
+        })
+    }
 
-impl Totals {
-    /// The total of `checkpoint` if every subtask reported and it completed; forgets older ones.
-    fn publishable(&mut self, checkpoint: u64, parallelism: usize) -> Option<u64> {
-        let reported = self.reports.get(&checkpoint)?;
-        if reported.len() < parallelism
-            || !self.completed.get(&checkpoint).copied().unwrap_or(false)
-        {
-            return None;
+    /// Publishes the total of `checkpoint` once every subtask reported and it completed.
+    fn publish(&mut self, base: &CoordinatorContextBase, checkpoint: u64) -> Result<(), UserError> {
+        let Some(reported) = self.reports.get(&checkpoint) else {
+            return Ok(());
+        };
+        if reported.len() < base.parallelism() || !self.completed.contains_key(&checkpoint) {
+            return Ok(());
         }
         let total = reported.values().sum();
         self.reports.retain(|c, _| *c > checkpoint);
         self.completed.retain(|c, _| *c > checkpoint);
-        Some(total)
-    }
-}
-
-impl GlobalProgress {
-    /// Runs `update` on the coordinator thread, then publishes `checkpoint`'s total if it can.
-    fn step(
-        &self,
-        checkpoint: u64,
-        name: &str,
-        update: impl FnOnce(&mut Totals) -> Result<(), UserError> + Send + 'static,
-    ) -> CoordinatorFuture<'static> {
-        let (base, state, log) = (self.base.clone(), self.state.clone(), self.log.clone());
-        let b = base.clone();
-        let name = name.to_string();
-        Box::pin(async move {
-            base.run_in_event_loop_async(
-                move || {
-                    let mut totals = state.lock().map_err(|_| "poisoned")?;
-                    update(&mut totals)?;
-                    if let Some(total) = totals.publishable(checkpoint, b.parallelism()) {
-                        log.lock()
-                            .map_err(|_| "poisoned")?
-                            .push((checkpoint, total));
-                        for s in 0..b.parallelism() {
-                            // A subtask that is restarting misses this total; the next one reaches it.
-                            drop(b.send_event_to_operator(
-                                s,
-                                encode_event(&ProgressEvent::Total { checkpoint, total })?,
-                            ));
-                        }
-                    }
-                    Ok(())
-                },
-                &name,
-            )
-            .await
-        })
-    }
-}
-
-impl GlobalProgress {
-    pub fn provider(
-        log: Arc<Mutex<Vec<(u64, u64)>>>,
-    ) -> impl sluice::coordinator::CoordinatorProvider {
-        move |ctx: CoordinatorContext| -> Result<Box<dyn OperatorCoordinator>, CoordinatorError> {
-            Ok(Box::new(GlobalProgress {
-                base: CoordinatorContextBase::new(ctx)?,
-                state: Arc::default(),
-                log: log.clone(),
-            }))
+        self.log
+            .lock()
+            .map_err(|_| "poisoned")?
+            .push((checkpoint, total));
+        for s in 0..base.parallelism() {
+            // A subtask that is restarting misses this total; the next one reaches it.
+            drop(base.send_event_to_operator(
+                s,
+                encode_event(&ProgressEvent::Total { checkpoint, total })?,
+            ));
         }
+        Ok(())
     }
 }
 
-impl OperatorCoordinator for GlobalProgress {
-    fn start(&mut self) -> CoordinatorFuture<'_> {
-        self.base.mark_started();
-        done(Ok(()))
-    }
-    fn close(&mut self) -> CoordinatorFuture<'_> {
-        let base = self.base.clone();
-        Box::pin(async move {
-            // Let what is queued on the coordinator thread run first.
-            let drained = base
-                .call_in_coordinator_thread_async(|| Ok(()), "drain before close")
-                .await;
-            base.close();
-            drained.map_err(CoordinatorError::from)
-        })
-    }
-    fn handle_event_from_operator(
+impl CoordinatorLogic for GlobalProgress {
+    fn handle_event(
         &mut self,
+        base: &CoordinatorContextBase,
         subtask: usize,
         _attempt: u32,
         event: OperatorEvent,
-    ) -> CoordinatorFuture<'_> {
+    ) -> Result<(), UserError> {
         let ProgressEvent::Report {
             checkpoint,
             processed,
-        } = (match decode_event(&event) {
-            Ok(e) => e,
-            Err(e) => {
-                return done(Err(CoordinatorError::user(format!(
-                    "bad progress event: {e}"
-                ))));
-            }
-        })
+        } = decode_event(&event)?
         else {
-            return done(Err(CoordinatorError::user("expected a progress report")));
+            return Err("expected a progress report".into());
         };
-        self.step(checkpoint, "aggregate a progress report", move |t| {
-            t.reports
-                .entry(checkpoint)
-                .or_default()
-                .insert(subtask, processed);
-            Ok(())
-        })
+        self.reports
+            .entry(checkpoint)
+            .or_default()
+            .insert(subtask, processed);
+        self.publish(base, checkpoint)
     }
-    fn checkpoint_coordinator(
+
+    /// A checkpoint that fails is rolled back, and so is its total: publish only completed ones.
+    fn checkpoint_complete(
         &mut self,
-        _id: CheckpointId,
-        result: CheckpointResult,
-    ) -> CoordinatorFuture<'_> {
-        result.complete(Vec::new()); // totals are recomputed from the subtasks' checkpointed counts
-        done(Ok(()))
-    }
-    fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> CoordinatorFuture<'_> {
-        self.step(id.0, "publish a checkpoint's progress", move |t| {
-            t.completed.insert(id.0, true);
-            Ok(())
-        })
-    }
-    fn reset_to_checkpoint(
-        &mut self,
-        _id: CheckpointId,
-        _state: Option<Vec<u8>>,
-    ) -> CoordinatorFuture<'_> {
-        done(Ok(()))
-    }
-    fn subtask_reset(&mut self, _subtask: usize, _id: CheckpointId) -> CoordinatorFuture<'_> {
-        done(Ok(()))
-    }
-    fn execution_attempt_failed(
-        &mut self,
-        subtask: usize,
-        attempt: u32,
-        _reason: Option<String>,
-    ) -> CoordinatorFuture<'_> {
-        self.base.attempt_not_ready(subtask, attempt);
-        done(Ok(()))
-    }
-    fn execution_attempt_ready(
-        &mut self,
-        _subtask: usize,
-        _attempt: u32,
-        gateway: SubtaskGateway,
-    ) -> CoordinatorFuture<'_> {
-        done(
-            self.base
-                .subtask_ready(gateway)
-                .map_err(CoordinatorError::from),
-        )
+        base: &CoordinatorContextBase,
+        id: CheckpointId,
+    ) -> Result<(), UserError> {
+        self.completed.insert(id.0, true);
+        self.publish(base, id.0)
     }
 }
 
