@@ -426,7 +426,17 @@ impl Attempt<'_> {
             Decision::Trigger { id, timestamp_ms } => {
                 // Coordinators first: their snapshot precedes the barriers.
                 if !self.coordinators.is_empty() {
-                    match self.coordinators.checkpoint(id).await {
+                    let timeout = self
+                        .checkpointing
+                        .map_or(Duration::from_secs(600), |c| c.settings.timeout);
+                    let taken = tokio::time::timeout(timeout, self.coordinators.checkpoint(id))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(format!(
+                                "the coordinators did not complete checkpoint {id} within {timeout:?}"
+                            ))
+                        });
+                    match taken {
                         Ok(states) => {
                             self.coordinator_states.insert(id, states);
                         }
