@@ -1,6 +1,6 @@
 //! Connectors: where sluice jobs read from and write to.
 //!
-//! - [`file`]: an exactly-once JSON-lines file sink built on
+//! - [`file`](mod@file): an exactly-once JSON-lines file sink built on
 //!   [`TwoPhaseCommitSink`](sluice_runtime::api::TwoPhaseCommitSink), and a reader of what it
 //!   committed.
 

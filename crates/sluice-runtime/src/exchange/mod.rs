@@ -1,11 +1,11 @@
 //! Exchanges: how records leave one task and reach the subtasks of the next.
 //!
 //! Between two tasks every (producer subtask, consumer subtask) pair has its own bounded channel
-//! carrying [`StreamElement`](sluice_core::StreamElement)s: batches of records and control
-//! elements. A producer's [`writer`] routes records into one buffer per target with the edge's
+//! carrying [`StreamElement`]s: batches of records and control
+//! elements. A producer's `writer` routes records into one buffer per target with the edge's
 //! partitioner and sends a buffer when it is full or when the producer has nothing more ready. A
 //! full channel makes the writer wait, which stops its task from reading input: backpressure
-//! travels upstream channel by channel until it reaches the source. The consumer's [`gate`] reads
+//! travels upstream channel by channel until it reaches the source. The consumer's `gate` reads
 //! all its channels fairly and merges their watermarks.
 
 pub(crate) mod gate;
