@@ -25,6 +25,18 @@ enum Command {
     /// generator -> map -> filter -> key_by -> sum-per-key sink, against plain loops and a
     /// crossbeam-channel exchange.
     Pipeline(scenarios::pipeline::Args),
+    /// Checkpoints: throughput of the keyed pipeline job with a checkpoint every 100 ms against
+    /// none, and checkpoint duration p50/p99 for small and 100 MB operator state.
+    Checkpoint(scenarios::checkpoint::Args),
+    /// Async I/O overhead: an async wait over a function that completes at once, against
+    /// futures `buffered` / `buffer_unordered`.
+    AsyncOverhead(scenarios::async_io::OverheadArgs),
+    /// Async I/O under 10 ms latency: throughput as a fraction of Little's-law limit, beside
+    /// futures `buffer_unordered`.
+    AsyncLatency(scenarios::async_io::LatencyArgs),
+    /// Operator coordinators: event round trip subtask -> coordinator -> subtask and broadcast
+    /// to 4 subtasks, against bare tokio channels.
+    Coordinator(scenarios::coordinator::Args),
     /// Internal: one pipeline job in a fresh process, printing its peak memory (used by
     /// `pipeline` to show that memory does not grow with the record count).
     #[command(hide = true)]
@@ -34,6 +46,10 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Pipeline(args) => scenarios::pipeline::run(&args),
+        Command::Checkpoint(args) => scenarios::checkpoint::run(&args),
+        Command::AsyncOverhead(args) => scenarios::async_io::run_overhead(&args),
+        Command::AsyncLatency(args) => scenarios::async_io::run_latency(&args),
+        Command::Coordinator(args) => scenarios::coordinator::run(&args),
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),
     }
 }

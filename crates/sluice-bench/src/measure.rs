@@ -102,6 +102,20 @@ pub fn median(durations: &[Duration]) -> Duration {
     }
 }
 
+/// The nearest-rank `q`-quantile of `durations` (`q` in 0..=1): the smallest value with at least
+/// `q` of the values at or below it; zero when empty. With fewer than 100 values the 0.99
+/// quantile is the maximum.
+pub fn percentile(durations: &[Duration], q: f64) -> Duration {
+    let mut v = durations.to_vec();
+    v.sort();
+    let n = v.len();
+    if n == 0 {
+        return Duration::ZERO;
+    }
+    let rank = (q.clamp(0.0, 1.0) * n as f64).ceil() as usize;
+    v[rank.clamp(1, n) - 1]
+}
+
 /// `count` items in `elapsed`, per second.
 pub fn per_second(count: u64, elapsed: Duration) -> f64 {
     count as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
@@ -157,6 +171,18 @@ mod tests {
             median(&[ms(4), ms(1), ms(3), ms(2)]),
             Duration::from_micros(2500)
         );
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let ms = Duration::from_millis;
+        let v: Vec<Duration> = (1..=100).rev().map(ms).collect();
+        assert_eq!(percentile(&v, 0.5), ms(50));
+        assert_eq!(percentile(&v, 0.99), ms(99));
+        assert_eq!(percentile(&v, 1.0), ms(100));
+        assert_eq!(percentile(&v, 0.0), ms(1));
+        assert_eq!(percentile(&v[..20], 0.99), ms(100), "the maximum of 20");
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
     }
 
     #[test]

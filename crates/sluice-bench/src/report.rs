@@ -46,6 +46,9 @@ pub struct Row {
     /// The baseline's individual values, in run order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub baseline_values: Vec<f64>,
+    /// Anything else the scenario measured about this case (counts, breakdowns).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<serde_json::Value>,
 }
 
 impl Row {
@@ -71,6 +74,7 @@ impl Row {
             parallelism: None,
             values: Vec::new(),
             baseline_values: Vec::new(),
+            detail: None,
         }
     }
 
@@ -117,6 +121,7 @@ impl Row {
             parallelism: None,
             values: rates(sluice),
             baseline_values: baseline.map(|(_, d)| rates(d)).unwrap_or_default(),
+            detail: None,
         }
     }
 
@@ -190,8 +195,8 @@ fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<18} {:>12} {:>12} {:>7} {:>8} {:<6} baseline",
-        "case", "sluice", "baseline", "ratio", "target", ""
+        "{:<20} {:<21} {:>12} {:>12} {:>7} {:>8} {:<6} baseline",
+        "case", "metric", "sluice", "baseline", "ratio", "target", ""
     );
     for r in rows {
         let fmt = |v: f64| human(v, r.unit);
@@ -202,8 +207,9 @@ fn table(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<18} {:>12} {:>12} {:>7} {:>8} {:<6} {}",
+            "{:<20} {:<21} {:>12} {:>12} {:>7} {:>8} {:<6} {}",
             r.case,
+            r.metric,
             fmt(r.value),
             r.baseline.map(fmt).unwrap_or_default(),
             r.ratio.map(|x| format!("{x:.2}")).unwrap_or_default(),
@@ -222,6 +228,8 @@ fn human(v: f64, unit: &str) -> String {
         "records/s" if v >= 1e6 => format!("{:.1}M/s", v / 1e6),
         "records/s" => format!("{:.0}/s", v),
         "MiB" => format!("{v:.1}MiB"),
+        "ms" => format!("{v:.1}ms"),
+        "per run" => format!("{v:.0}"),
         _ => format!("{v:.3}{unit}"),
     }
 }

@@ -1,6 +1,9 @@
 //! The scenarios, one module per subcommand. A scenario builds its sluice job and its baseline,
 //! runs them interleaved with [`crate::measure`], and hands rows to [`crate::report`].
 
+pub mod async_io;
+pub mod checkpoint;
+pub mod coordinator;
 pub mod pipeline;
 
 use clap::Args;
@@ -14,7 +17,8 @@ pub struct CommonArgs {
     /// Print one JSON object per line and per case on stdout (the table then goes to stderr).
     #[arg(long)]
     pub json: bool,
-    /// Timed repetitions of each side (default: 7 quick, 15 full); medians are reported.
+    /// Timed repetitions of each side (default: 7 quick, 15 full for `pipeline`; 3 quick, 7 full
+    /// for `checkpoint`); medians are reported.
     #[arg(long)]
     pub reps: Option<usize>,
 }
@@ -22,6 +26,13 @@ pub struct CommonArgs {
 impl CommonArgs {
     /// The number of timed repetitions per side.
     pub fn reps(&self) -> usize {
-        self.reps.unwrap_or(if self.quick { 7 } else { 15 }).max(1)
+        self.reps_or(7, 15)
+    }
+
+    /// The number of timed repetitions per side, with the scenario's own defaults.
+    pub fn reps_or(&self, quick: usize, full: usize) -> usize {
+        self.reps
+            .unwrap_or(if self.quick { quick } else { full })
+            .max(1)
     }
 }
