@@ -7,7 +7,8 @@ use crate::graph::{NodeKind, StreamGraph};
 use crate::job::deploy::RestoreState;
 use crate::state::OperatorState;
 use crate::storage::{
-    CheckpointMetadata, CheckpointStorage, LocalCheckpointStorage, OperatorInfo, RestoredCheckpoint,
+    CheckpointMetadata, CheckpointStorage, LocalCheckpointStorage, OperatorInfo,
+    RestoredCheckpoint, StateFileHandle,
 };
 use futures::future::BoxFuture;
 use sluice_core::{CheckpointId, NodeId, codec};
@@ -59,38 +60,48 @@ impl Persistence for StoragePersistence {
     fn persist(&self, cp: CompletedCheckpoint) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
             let id = CheckpointId(cp.id);
-            let mut files = Vec::new();
             let mut operators = Vec::new();
-            for (node, states) in &cp.operators {
+            // One write per operator subtask (and per coordinator), all in flight at once: each
+            // encodes its state on the blocking pool (large states would stall a tokio worker)
+            // and the storage writes and syncs its file there too.
+            let mut writes = Vec::new();
+            for (node, states) in cp.operators {
                 operators.push(OperatorInfo {
-                    node: *node,
+                    node,
                     parallelism: states.len(),
                     max_parallelism: self.max_parallelism,
                 });
-                for (subtask, state) in states.iter().enumerate() {
-                    let bytes = codec::encode(state).map_err(|e| e.to_string())?;
-                    let handle = self
-                        .storage
-                        .write_state(id, *node, subtask, bytes)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    files.push(handle);
+                for (subtask, state) in states.into_iter().enumerate() {
+                    let storage = self.storage.clone();
+                    writes.push(Box::pin(async move {
+                        let bytes = tokio::task::spawn_blocking(move || codec::encode(&state))
+                            .await
+                            .map_err(|e| format!("encoding a state panicked: {e}"))?
+                            .map_err(|e| e.to_string())?;
+                        storage
+                            .write_state(id, node, subtask, bytes)
+                            .await
+                            .map_err(|e| e.to_string())
+                    })
+                        as BoxFuture<'static, Result<StateFileHandle, String>>);
                 }
             }
-            for (node, state) in &cp.coordinators {
+            for (node, state) in cp.coordinators {
                 let pseudo = NodeId(COORDINATOR_NODE_BASE + node.0);
                 operators.push(OperatorInfo {
                     node: pseudo,
                     parallelism: 1,
                     max_parallelism: self.max_parallelism,
                 });
-                let handle = self
-                    .storage
-                    .write_state(id, pseudo, 0, state.clone())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                files.push(handle);
+                let storage = self.storage.clone();
+                writes.push(Box::pin(async move {
+                    storage
+                        .write_state(id, pseudo, 0, state)
+                        .await
+                        .map_err(|e| e.to_string())
+                }));
             }
+            let files = futures::future::try_join_all(writes).await?;
             let metadata = CheckpointMetadata {
                 job_fingerprint: self.fingerprint.clone(),
                 checkpoint_id: id,
