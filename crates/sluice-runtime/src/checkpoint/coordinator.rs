@@ -301,6 +301,16 @@ impl CheckpointPlanner {
         reason: &str,
         now_ms: u64,
     ) -> Vec<Decision> {
+        self.abort(
+            id,
+            format!("task {task} declined checkpoint {id}: {reason}"),
+            now_ms,
+        )
+    }
+
+    /// Aborts pending checkpoint `id` (nothing if it is not pending); a final checkpoint will be
+    /// triggered again.
+    fn abort(&mut self, id: u64, reason: String, now_ms: u64) -> Vec<Decision> {
         if self.pending.remove(&id).is_none() {
             return Vec::new();
         }
@@ -308,25 +318,12 @@ impl CheckpointPlanner {
         if self.final_id == Some(id) {
             self.final_id = None;
         }
-        vec![Decision::Abort {
-            id,
-            reason: format!("task {task} declined checkpoint {id}: {reason}"),
-        }]
+        vec![Decision::Abort { id, reason }]
     }
 
     /// A coordinator could not take its part of checkpoint `id`: it is aborted.
     pub fn on_coordinator_declined(&mut self, id: u64, reason: &str, now_ms: u64) -> Vec<Decision> {
-        if self.pending.remove(&id).is_none() {
-            return Vec::new();
-        }
-        self.last_end_ms = Some(now_ms);
-        if self.final_id == Some(id) {
-            self.final_id = None;
-        }
-        vec![Decision::Abort {
-            id,
-            reason: reason.to_string(),
-        }]
+        self.abort(id, reason.to_string(), now_ms)
     }
 
     /// The metadata of `id` was written: it is complete. Older pending checkpoints are subsumed.
@@ -357,17 +354,11 @@ impl CheckpointPlanner {
 
     /// Writing the metadata of `id` failed: it is aborted.
     pub fn on_persist_failed(&mut self, id: u64, reason: &str, now_ms: u64) -> Vec<Decision> {
-        if self.pending.remove(&id).is_none() {
-            return Vec::new();
-        }
-        self.last_end_ms = Some(now_ms);
-        if self.final_id == Some(id) {
-            self.final_id = None;
-        }
-        vec![Decision::Abort {
+        self.abort(
             id,
-            reason: format!("checkpoint {id} could not be written: {reason}"),
-        }]
+            format!("checkpoint {id} could not be written: {reason}"),
+            now_ms,
+        )
     }
 
     /// Task `task` finished its input. It will not see barriers any more, so pending checkpoints
@@ -610,6 +601,20 @@ mod tests {
         let d = p.on_persisted(2, 210);
         assert!(matches!(&d[0], Decision::Abort { id: 1, reason } if reason.contains("subsumed")));
         assert_eq!(d[1], Decision::NotifyComplete { id: 2 });
+    }
+
+    #[test]
+    fn a_coordinator_decline_aborts_and_a_final_checkpoint_is_retried() {
+        let mut p = CheckpointPlanner::new(settings(), 1, 0);
+        p.on_task_finished(0, 10);
+        assert_eq!(
+            p.pending_ids(),
+            vec![1],
+            "the final checkpoint is due at once"
+        );
+        let d = p.on_coordinator_declined(1, "coordinator of 'x' declined", 20);
+        assert!(matches!(&d[0], Decision::Abort { id: 1, reason } if reason.contains("declined")));
+        assert!(matches!(p.on_time(20)[0], Decision::Trigger { id: 2, .. }));
     }
 
     #[test]
