@@ -29,6 +29,22 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CodecError> {
     })
 }
 
+/// Appends the encoding of `value` to `out` (what [`encode`] returns, without a new buffer).
+///
+/// ```
+/// let mut out = vec![9];
+/// sluice_core::codec::encode_into(&7u32, &mut out).unwrap();
+/// assert_eq!(out, [9, 7]);
+/// ```
+pub fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    let buf = std::mem::take(out);
+    *out = postcard::to_extend(value, buf).map_err(|source| CodecError {
+        context: "cannot encode value",
+        source,
+    })?;
+    Ok(())
+}
+
 /// Decodes a value from bytes produced by [`encode`]. Trailing bytes are an error.
 ///
 /// ```

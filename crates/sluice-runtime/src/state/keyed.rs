@@ -95,18 +95,27 @@ where
         max_parallelism: usize,
         state: &mut OperatorState,
     ) -> Result<(), CodecError> {
-        let mut groups: BTreeMap<u32, Vec<(&K, &V)>> = BTreeMap::new();
+        // One pass over the map: each pair is encoded straight into its key group's buffer. An
+        // entry is the encoding of the group's `Vec<(K, V)>` (its length as a varint, then the
+        // pairs), so the count is put in front at the end.
+        let mut groups: Vec<(u64, Vec<u8>)> =
+            (0..max_parallelism).map(|_| (0, Vec::new())).collect();
         for (k, v) in &self.values {
-            groups
-                .entry(key_group(k, max_parallelism) as u32)
-                .or_default()
-                .push((k, v));
+            let (n, buf) = &mut groups[key_group(k, max_parallelism)];
+            codec::encode_into(&(k, v), buf)?;
+            *n += 1;
         }
-        for (g, pairs) in groups {
+        for (g, (n, pairs)) in groups.into_iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let mut data = Vec::with_capacity(pairs.len() + 10);
+            codec::encode_into(&n, &mut data)?;
+            data.extend_from_slice(&pairs);
             state.push_keyed(KeyGroupEntry {
                 state: self.name.clone(),
-                key_group: g,
-                data: codec::encode(&pairs)?,
+                key_group: g as u32,
+                data,
             });
         }
         Ok(())
@@ -226,6 +235,26 @@ mod tests {
             }
         }
         assert_eq!(seen, keys.len());
+    }
+
+    #[test]
+    fn a_key_group_entry_is_the_encoding_of_its_pairs() {
+        let mut st: ValueState<u64, String> = ValueState::new("s");
+        for k in 0..500u64 {
+            st.update(k, format!("v{k}"));
+        }
+        let mut snap = OperatorState::default();
+        st.snapshot_into(8, &mut snap).unwrap();
+        for e in snap.keyed_entries() {
+            let pairs: Vec<(u64, String)> = codec::decode(&e.data).unwrap();
+            let again: Vec<(&u64, &String)> = pairs.iter().map(|(k, v)| (k, v)).collect();
+            assert_eq!(codec::encode(&again).unwrap(), e.data);
+            assert!(
+                pairs
+                    .iter()
+                    .all(|(k, _)| key_group(k, 8) as u32 == e.key_group)
+            );
+        }
     }
 
     #[test]
