@@ -194,11 +194,19 @@ const KEYS: u64 = 101;
 
 /// The same job graph every time: a 2-subtask source, keyed counts at the default parallelism.
 fn build(env: &StreamEnvironment, rate: f64) -> (CollectHandle<(u64, u64)>, Signals) {
+    build_with_source(env, rate, 2)
+}
+
+fn build_with_source(
+    env: &StreamEnvironment,
+    rate: f64,
+    source_parallelism: usize,
+) -> (CollectHandle<(u64, u64)>, Signals) {
     let (tx, rx) = watch::channel(0);
     let (processed_tx, processed_rx) = watch::channel(0);
     let out = env
         .from_generator(Generator::new(|i| i % KEYS).take(N).rate_limit(rate))
-        .parallelism(2)
+        .parallelism(source_parallelism)
         .key_by(|k: &u64| *k)
         .process(FinalCount {
             counts: ValueState::new("counts"),
@@ -341,4 +349,18 @@ async fn a_refused_job_keeps_its_graph_so_it_can_be_fixed_and_submitted_again() 
     env.set_parallelism(2);
     env.execute("fixed").await.unwrap();
     assert_eq!(out.len(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restoring_a_source_at_another_parallelism_is_a_clear_error() {
+    let storage = tempfile::tempdir().unwrap();
+    checkpoint_then_stop(storage.path()).await;
+    let env = StreamEnvironment::new();
+    env.restore_from(storage.path());
+    let _ = build_with_source(&env, 1e9, 3);
+    let err = env.execute("resumable").await.unwrap_err();
+    assert!(
+        matches!(err, JobError::InvalidJob(_)) && err.to_string().contains("parallelism 2"),
+        "{err}"
+    );
 }
