@@ -23,9 +23,9 @@ pub(crate) struct CompletedCheckpoint {
     pub(crate) id: u64,
     pub(crate) timestamp_ms: u64,
     /// Per operator, one state per subtask, in subtask order.
-    pub(crate) operators: BTreeMap<NodeId, Vec<OperatorState>>,
+    pub(crate) operators: Arc<BTreeMap<NodeId, Vec<OperatorState>>>,
     /// Per operator with a coordinator, the coordinator's state.
-    pub(crate) coordinators: BTreeMap<NodeId, Vec<u8>>,
+    pub(crate) coordinators: Arc<BTreeMap<NodeId, Vec<u8>>>,
 }
 
 impl CompletedCheckpoint {
@@ -65,16 +65,21 @@ impl Persistence for StoragePersistence {
             // encodes its state on the blocking pool (large states would stall a tokio worker)
             // and the storage writes and syncs its file there too.
             let mut writes = Vec::new();
-            for (node, states) in cp.operators {
+            for (&node, states) in cp.operators.iter() {
                 operators.push(OperatorInfo {
                     node,
                     parallelism: states.len(),
                     max_parallelism: self.max_parallelism,
                 });
-                for (subtask, state) in states.into_iter().enumerate() {
+                for subtask in 0..states.len() {
                     let storage = self.storage.clone();
+                    let all = cp.operators.clone();
                     writes.push(Box::pin(async move {
-                        let bytes = tokio::task::spawn_blocking(move || codec::encode(&state))
+                        let encode = move || match all.get(&node).and_then(|v| v.get(subtask)) {
+                            Some(state) => codec::encode(state),
+                            None => codec::encode(&OperatorState::default()),
+                        };
+                        let bytes = tokio::task::spawn_blocking(encode)
                             .await
                             .map_err(|e| format!("encoding a state panicked: {e}"))?
                             .map_err(|e| e.to_string())?;
@@ -86,7 +91,8 @@ impl Persistence for StoragePersistence {
                         as BoxFuture<'static, Result<StateFileHandle, String>>);
                 }
             }
-            for (node, state) in cp.coordinators {
+            for (&node, state) in cp.coordinators.iter() {
+                let state = state.clone();
                 let pseudo = NodeId(COORDINATOR_NODE_BASE + node.0);
                 operators.push(OperatorInfo {
                     node: pseudo,
@@ -177,8 +183,8 @@ pub(crate) fn decode_restored(cp: RestoredCheckpoint) -> Result<RestoreState, Jo
     }
     Ok(RestoreState {
         checkpoint_id: id,
-        operators,
-        coordinators,
+        operators: Arc::new(operators),
+        coordinators: Arc::new(coordinators),
     })
 }
 

@@ -44,10 +44,11 @@ pub(crate) struct DeployedTask {
 pub(crate) struct RestoreState {
     /// The checkpoint.
     pub(crate) checkpoint_id: u64,
-    /// Per operator node, one state per old subtask, in subtask order.
-    pub(crate) operators: BTreeMap<NodeId, Vec<OperatorState>>,
+    /// Per operator node, one state per old subtask, in subtask order (shared with the
+    /// completed checkpoint it came from: never copied until a restore deals it out).
+    pub(crate) operators: Arc<BTreeMap<NodeId, Vec<OperatorState>>>,
     /// Per operator with a coordinator, the coordinator's state.
-    pub(crate) coordinators: BTreeMap<NodeId, Vec<u8>>,
+    pub(crate) coordinators: Arc<BTreeMap<NodeId, Vec<u8>>>,
 }
 
 /// Everything deployment built: the tasks and the master's ends of their mailboxes.
@@ -84,7 +85,7 @@ fn restored_shares(
     let Some(restore) = restore else {
         return Ok(shares);
     };
-    for (id, old) in &restore.operators {
+    for (id, old) in restore.operators.iter() {
         let Some(node) = graph.nodes.get(id.0) else {
             return Err(JobError::InvalidJob(format!(
                 "checkpoint {} holds state of operator {id}, which this job does not have",
@@ -94,7 +95,8 @@ fn restored_shares(
         let p = plan.parallelism[id.0];
         if matches!(node.kind, NodeKind::Source(_)) && old.len() != p {
             return Err(JobError::InvalidJob(format!(
-                "source '{}' ({id}) was checkpointed at parallelism {} and cannot be restored at                  parallelism {p}; keep the source's parallelism (rescale the operators after it)",
+                "source '{}' ({id}) was checkpointed at parallelism {} and cannot be restored at \
+                 parallelism {p}; keep the source's parallelism (rescale the operators after it)",
                 node.name,
                 old.len()
             )));

@@ -123,7 +123,7 @@ pub(crate) async fn run_job(
         .as_ref()
         .map(|r| (r.checkpoint_id, r.coordinators.clone()));
     coordinators
-        .start(restored.as_ref().map(|(id, m)| (*id, m)))
+        .start(restored.as_ref().map(|(id, m)| (*id, &**m)))
         .await?;
     let result = run_attempts(
         &mut spec,
@@ -236,7 +236,7 @@ async fn run_attempts(
                         coordinators
                             .global_failover(
                                 &err.to_string(),
-                                restored.as_ref().map(|(id, m)| (*id, m)),
+                                restored.as_ref().map(|(id, m)| (*id, &**m)),
                             )
                             .await?;
                         tokio::select! {
@@ -485,8 +485,8 @@ impl Attempt<'_> {
                 let cp = CompletedCheckpoint {
                     id,
                     timestamp_ms: ms_since(self.start),
-                    operators,
-                    coordinators: self.coordinator_states.remove(&id).unwrap_or_default(),
+                    operators: Arc::new(operators),
+                    coordinators: Arc::new(self.coordinator_states.remove(&id).unwrap_or_default()),
                 };
                 let persistence = self.checkpointing.map(|c| c.persistence.clone());
                 persisting.spawn(async move {
