@@ -20,7 +20,6 @@ pub(crate) enum TaskControl {
     /// A checkpoint was aborted.
     NotifyAborted(u64),
     /// An event from an operator coordinator to the operator `target` of this task's chain.
-    #[allow(dead_code)] // sent once coordinators are wired (issue 4)
     OperatorEvent {
         target: NodeId,
         event: OperatorEvent,
