@@ -3,8 +3,7 @@
 
 use sluice_runtime::failover::RestartStrategy;
 use sluice_runtime::prelude::*;
-use sluice_runtime::state::ValueState;
-use sluice_runtime::testing::FailureInjector;
+use sluice_runtime::testing::{FailureInjector, KeyedCounter};
 use sluice_runtime::{JobHandle, StreamEnvironment};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -133,51 +132,23 @@ async fn exhausted_restart_strategy_reports_the_attempts_and_the_cause() {
     assert_eq!(err.task_failure().map(|f| f.subtask), Some(0));
 }
 
-/// Counts per key in keyed state; emits the final counts at end of input; signals completed
-/// checkpoints.
+/// Passes records through, reporting how many went by and which checkpoints completed.
 #[derive(Clone)]
-struct FinalCount {
-    counts: ValueState<u64, u64>,
-    max_parallelism: usize,
+struct Signal {
     completed: Arc<watch::Sender<u64>>,
     processed: Arc<watch::Sender<u64>>,
 }
 
-impl Operator<u64> for FinalCount {
-    type Out = (u64, u64);
-    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
-        self.max_parallelism = ctx.max_parallelism();
-        Ok(())
-    }
+impl Operator<u64> for Signal {
+    type Out = u64;
     fn process_batch(
         &mut self,
         batch: Vec<u64>,
-        _out: &mut Collector<(u64, u64)>,
+        out: &mut Collector<u64>,
     ) -> Result<(), UserError> {
         let n = batch.len() as u64;
-        for k in batch {
-            *self.counts.get_or_default(k) += 1;
-        }
+        out.emit_batch(batch);
         self.processed.send_modify(|p| *p += n);
-        Ok(())
-    }
-    fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
-        for (k, v) in self.counts.iter() {
-            out.collect((*k, *v));
-        }
-        Ok(())
-    }
-    fn snapshot_state(
-        &mut self,
-        _c: sluice_core::CheckpointId,
-        _o: &mut Collector<(u64, u64)>,
-    ) -> Result<OperatorState, UserError> {
-        let mut s = OperatorState::default();
-        self.counts.snapshot_into(self.max_parallelism, &mut s)?;
-        Ok(s)
-    }
-    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
-        self.counts.restore_from(&state)?;
         Ok(())
     }
     fn notify_checkpoint_complete(
@@ -208,12 +179,14 @@ fn build_with_source(
         .from_generator(Generator::new(|i| i % KEYS).take(N).rate_limit(rate))
         .parallelism(source_parallelism)
         .key_by(|k: &u64| *k)
-        .process(FinalCount {
-            counts: ValueState::new("counts"),
-            max_parallelism: 128,
-            completed: Arc::new(tx),
-            processed: Arc::new(processed_tx),
-        })
+        .transform(
+            "Signals",
+            Signal {
+                completed: Arc::new(tx),
+                processed: Arc::new(processed_tx),
+            },
+        )
+        .process(KeyedCounter::new())
         .collect();
     (
         out,
@@ -224,7 +197,7 @@ fn build_with_source(
     )
 }
 
-/// What the counting operator reports while the job runs.
+/// What the job reports while it runs.
 struct Signals {
     completed: watch::Receiver<u64>,
     processed: watch::Receiver<u64>,
