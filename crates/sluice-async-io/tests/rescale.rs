@@ -79,7 +79,8 @@ async fn in_flight_requests_restored_at_another_parallelism_complete_exactly_onc
         let job = env.submit("rescale").unwrap();
         // Checkpoint with requests in flight, a quarter of the way through.
         seen.wait_for(|c| *c >= N / 4).await.unwrap();
-        job.trigger_checkpoint();
+        let pending = job.trigger_checkpoint().await.unwrap();
+        pending.completed().await.unwrap();
         completed.wait_for(|c| *c >= 1).await.unwrap();
         job.cancel();
         assert!(matches!(job.await, Err(JobError::Cancelled)));

@@ -200,6 +200,17 @@ pub trait OperatorCoordinator: Send {
         attempt: AttemptNumber,
         gateway: SubtaskGateway,
     ) -> CoordinatorFuture<'_>;
+
+    /// Resolves once every call made before this one has been handled (not only queued). The
+    /// job master flushes every coordinator before it declares a job finished, so that a
+    /// failure while handling an event a subtask sent just before the end still fails the job.
+    /// The default resolves at once, which is right for coordinators that handle calls inline;
+    /// a coordinator that queues work to its own thread must override it (
+    /// [`BaseCoordinator`](crate::BaseCoordinator) does, with
+    /// [`CoordinatorContextBase::flush`](crate::CoordinatorContextBase::flush)).
+    fn flush(&mut self) -> CoordinatorFuture<'_> {
+        done(Ok(()))
+    }
 }
 
 /// Creates the coordinator of one operator (Flink's `OperatorCoordinator.Provider`).

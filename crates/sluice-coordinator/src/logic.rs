@@ -159,6 +159,11 @@ impl<L: CoordinatorLogic> BaseCoordinator<L> {
 }
 
 impl<L: CoordinatorLogic> OperatorCoordinator for BaseCoordinator<L> {
+    fn flush(&mut self) -> CoordinatorFuture<'_> {
+        let base = self.base.clone();
+        Box::pin(async move { base.flush().await })
+    }
+
     fn start(&mut self) -> CoordinatorFuture<'_> {
         self.base.mark_started();
         self.in_loop("start", |l, b| l.start(b))

@@ -382,6 +382,17 @@ impl OperatorCoordinator for RecreateOnResetCoordinator {
         Box::pin(self.dispatch(Call::HandleEvent(subtask, attempt, event)))
     }
 
+    fn flush(&mut self) -> CoordinatorFuture<'_> {
+        Box::pin(async move {
+            // A replacement in progress replays its queued calls first.
+            self.settled().await;
+            match &mut self.slot {
+                Slot::Ready(instance) => instance.coordinator.flush().await,
+                Slot::Closed | Slot::Switching(_) => Ok(()),
+            }
+        })
+    }
+
     fn checkpoint_coordinator(
         &mut self,
         checkpoint_id: CheckpointId,

@@ -19,9 +19,23 @@ pub type SubtaskIndex = usize;
 /// How many times a subtask has been (re)started; the first run is attempt 0.
 pub type AttemptNumber = u32;
 
-/// The id of a checkpoint. Ids grow strictly; the first checkpoint is 1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// The id of a checkpoint. Ids grow strictly; the first checkpoint is 1 (0 means "none yet").
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct CheckpointId(pub u64);
+
+impl CheckpointId {
+    /// The id that follows this one.
+    ///
+    /// ```
+    /// use sluice_core::CheckpointId;
+    /// assert_eq!(CheckpointId(7).next(), CheckpointId(8));
+    /// ```
+    pub fn next(self) -> CheckpointId {
+        CheckpointId(self.0 + 1)
+    }
+}
 
 impl fmt::Display for CheckpointId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,6 +1,6 @@
 //! Errors of a job: invalid configuration found before start, and failures while running.
 
-use sluice_core::{NodeId, SubtaskIndex};
+use sluice_core::{CheckpointId, NodeId, SubtaskIndex};
 use std::fmt;
 
 /// Why a job did not finish successfully.
@@ -12,9 +12,24 @@ pub enum JobError {
     /// An operator subtask failed: a user function returned an error or panicked.
     #[error("{0}")]
     TaskFailed(TaskFailure),
-    /// An operator coordinator failed the job (its message names the operator).
+    /// An operator coordinator failed: its user code returned an error or panicked, or it could
+    /// not be created, started or restored.
     #[error("{0}")]
-    CoordinatorFailed(String),
+    CoordinatorFailed(CoordinatorFailureInfo),
+    /// More checkpoints failed in a row than the job tolerates
+    /// ([`CheckpointSettings::tolerable_failed_checkpoints`](crate::checkpoint::CheckpointSettings::tolerable_failed_checkpoints)).
+    #[error(
+        "checkpoint {checkpoint} failed: {reason} (more than {tolerated} failed checkpoints in a \
+         row; see tolerable_failed_checkpoints)"
+    )]
+    CheckpointFailed {
+        /// The checkpoint whose failure was one too many.
+        checkpoint: CheckpointId,
+        /// Why it failed.
+        reason: String,
+        /// How many failed checkpoints in a row were tolerated.
+        tolerated: u32,
+    },
     /// The job was cancelled through its [`JobHandle`](crate::JobHandle).
     #[error("job was cancelled")]
     Cancelled,
@@ -39,6 +54,36 @@ impl JobError {
             JobError::RestartsExhausted { last, .. } => last.task_failure(),
             _ => None,
         }
+    }
+
+    /// The failing coordinator, when the job failed in one.
+    pub fn coordinator_failure(&self) -> Option<&CoordinatorFailureInfo> {
+        match self {
+            JobError::CoordinatorFailed(f) => Some(f),
+            JobError::RestartsExhausted { last, .. } => last.coordinator_failure(),
+            _ => None,
+        }
+    }
+}
+
+/// The operator coordinator that failed and why, structured as [`TaskFailure`] is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinatorFailureInfo {
+    /// The operator whose coordinator failed.
+    pub operator_id: NodeId,
+    /// Its name.
+    pub operator_name: String,
+    /// What the coordinator's code returned or panicked with, and where.
+    pub message: String,
+}
+
+impl fmt::Display for CoordinatorFailureInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the coordinator of operator '{}' ({}) failed: {}",
+            self.operator_name, self.operator_id, self.message
+        )
     }
 }
 

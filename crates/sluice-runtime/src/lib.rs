@@ -35,7 +35,7 @@ pub mod watermark;
 
 pub use api::DataStreamSink;
 pub use api::{CollectHandle, DataStream, Generator, KeyedStream, Sink, StreamEnvironment};
-pub use error::{JobError, TaskFailure};
+pub use error::{CoordinatorFailureInfo, JobError, TaskFailure};
 pub use exchange::partitioner::Partitioner;
 pub use graph::Partitioning;
 pub use job::{JobConfig, JobHandle, JobResult};

@@ -224,7 +224,8 @@ async fn checkpoint_then_stop(storage: &std::path::Path) {
     if signals.processed.wait_for(|n| *n >= N / 4).await.is_err() {
         panic!("the job ended early: {:?}", job.await);
     }
-    job.trigger_checkpoint();
+    let pending = job.trigger_checkpoint().await.unwrap();
+    pending.completed().await.unwrap();
     signals.completed.wait_for(|id| *id >= 1).await.unwrap();
     job.cancel();
     assert!(matches!(job.await, Err(JobError::Cancelled)));

@@ -173,7 +173,7 @@ async fn events_before_a_coordinator_snapshot_precede_the_barrier_and_events_aft
     for (s, log) in logs.lock().unwrap().iter().enumerate() {
         let pos = |what: &str| log.iter().position(|l| l == what);
         let mut checked = 0;
-        for c in 1..=result.last_checkpoint.unwrap_or(0) {
+        for c in 1..=result.last_checkpoint.map_or(0, |c| c.0) {
             let (Some(before), Some(snap)) =
                 (pos(&format!("Before({c})")), pos(&format!("snapshot {c}")))
             else {
@@ -197,7 +197,7 @@ async fn events_before_a_coordinator_snapshot_precede_the_barrier_and_events_aft
             "subtask {s}: only {checked} checkpoints checked: {log:?}"
         );
         // Order across consecutive checkpoints: every Before(c) comes after After(c - 1).
-        for c in 2..=result.last_checkpoint.unwrap_or(0) {
+        for c in 2..=result.last_checkpoint.map_or(0, |c| c.0) {
             if let (Some(prev), Some(next)) = (
                 pos(&format!("After({})", c - 1)),
                 pos(&format!("Before({c})")),

@@ -284,6 +284,17 @@ impl CoordinatorContextBase {
             .await
     }
 
+    /// Resolves once everything queued to the coordinator thread before this call has run (a
+    /// no-op round trip through the queue). Resolves at once when the thread is closed.
+    pub async fn flush(&self) -> Result<(), CoordinatorError> {
+        if self.is_closed() {
+            return Ok(());
+        }
+        self.call_in_coordinator_thread_async(|| Ok(()), "flush the coordinator queue")
+            .await
+            .map_err(CoordinatorError::from)
+    }
+
     /// Marks the coordinator started: from now on [`run_in_event_loop`](Self::run_in_event_loop)
     /// accepts actions. Coordinators call it from `start`.
     pub fn mark_started(&self) {

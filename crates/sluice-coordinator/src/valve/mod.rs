@@ -324,6 +324,20 @@ impl<E> EventValve<E> {
         )
     }
 
+    /// Where `checkpoint`'s coordinator part stands once its snapshot was taken: ready, waiting
+    /// for acknowledgements, or failed (an event sent before the snapshot was lost). `None`
+    /// before the snapshot and for checkpoints that are not pending.
+    pub fn readiness(&self, checkpoint: CheckpointId) -> Option<Readiness> {
+        match self.checkpoints.get(&checkpoint)? {
+            Phase::Marked { .. } => None,
+            Phase::Closed { failed: true, .. } => Some(Readiness::Failed),
+            Phase::Closed { unacked, .. } if unacked.is_empty() => Some(Readiness::Ready),
+            Phase::Closed { unacked, .. } => Some(Readiness::AwaitingAcks {
+                events: unacked.len(),
+            }),
+        }
+    }
+
     /// The checkpoints triggered and not yet completed, aborted or reset.
     pub fn pending_checkpoints(&self) -> Vec<CheckpointId> {
         self.checkpoints.keys().copied().collect()

@@ -4,35 +4,19 @@ use crate::api::source::{Generator, GeneratorReader, IterReader};
 use crate::api::stream::DataStream;
 use crate::checkpoint::CheckpointSettings;
 use crate::error::JobError;
-use crate::failover::{ExponentialBackoff, RestartStrategy};
+use crate::failover::RestartStrategy;
 use crate::graph::erased::{TypedOutput, TypedSource};
 use crate::graph::{NodeKind, StreamGraph};
-use crate::job::checkpointing::{CheckpointRun, StoragePersistence, default_dir, fingerprint};
-use crate::job::master::{JobSpec, SharedMetrics, run_job};
-use crate::job::plan::plan;
+use crate::job::submit::Submission;
 use crate::job::{JobConfig, JobHandle, JobResult};
 use crate::operator::OperatorContext;
 use crate::state::OperatorState;
-use crate::storage::{CheckpointStorage, LocalCheckpointStorage, validate_directory};
 use crate::task::input::SourceReader;
 use sluice_core::{Data, UserError};
 use std::marker::PhantomData;
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
-
-/// Flink's default with checkpointing (since 1.19): exponential backoff from 1 s to 1 min.
-fn default_restart_with_checkpoints() -> Result<RestartStrategy, JobError> {
-    RestartStrategy::exponential_backoff(ExponentialBackoff::new(
-        Duration::from_secs(1),
-        Duration::from_secs(60),
-        1.5,
-    ))
-    .map_err(|e| JobError::Internal(format!("the default restart strategy is invalid: {e}")))
-}
+use std::time::Duration;
 
 /// The entry point of a job: create streams from sources, transform them, then
 /// [`execute`](StreamEnvironment::execute).
@@ -197,99 +181,24 @@ impl StreamEnvironment {
     /// Validates and starts the job built so far, returning at once with a [`JobHandle`].
     ///
     /// Must be called inside a tokio runtime (the tasks are spawned on it). Invalid configuration
-    /// is reported here, before anything runs.
+    /// is reported here, before anything runs; a refused job can be fixed and submitted again.
     pub fn submit(&self, job_name: &str) -> Result<JobHandle, JobError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            JobError::InvalidJob(
-                "submit/execute must be called inside a tokio runtime; use execute_blocking from \
-                 synchronous code"
-                    .into(),
-            )
-        })?;
-        // Validate against the graph in place, so that a refused job can be fixed and submitted
-        // again; take the graph only once it is accepted.
         let mut inner = self.lock();
-        let plan = plan(&inner.graph, &inner.config)?;
-        let checkpoint_dir = match &inner.checkpoints {
-            Some(c) => {
-                c.validate().map_err(JobError::InvalidJob)?;
-                let dir = inner
-                    .storage_dir
-                    .clone()
-                    .unwrap_or_else(|| default_dir(job_name));
-                validate_directory(&dir).map_err(|e| {
-                    JobError::InvalidJob(format!("checkpoint storage {}: {e}", dir.display()))
-                })?;
-                Some(dir)
-            }
-            None => None,
+        let submission = Submission {
+            job_name,
+            graph: &inner.graph,
+            config: &inner.config,
+            checkpoints: inner.checkpoints.as_ref(),
+            restart: inner.restart,
+            storage_dir: inner.storage_dir.as_deref(),
+            restore_from: inner.restore_from.as_deref(),
         };
-        let (graph, config, checkpoints, restart, restore_path) = (
-            std::mem::take(&mut inner.graph),
-            inner.config.clone(),
-            inner.checkpoints.clone(),
-            inner.restart,
-            inner.restore_from.take(),
-        );
+        let prepared = submission.prepare()?;
+        // Accepted: the environment starts afresh for the next job.
+        inner.restore_from = None;
+        let graph = std::mem::take(&mut inner.graph);
         drop(inner);
-        let restart = match (restart, &checkpoints) {
-            (Some(r), _) => r,
-            (None, None) => RestartStrategy::none(),
-            (None, Some(_)) => default_restart_with_checkpoints()?,
-        };
-        let checkpointing = match (checkpoints, checkpoint_dir) {
-            (Some(settings), Some(dir)) => {
-                let retained = NonZeroUsize::new(settings.retained).ok_or_else(|| {
-                    JobError::InvalidJob("at least one checkpoint must be retained".into())
-                })?;
-                let storage: Arc<dyn CheckpointStorage> =
-                    Arc::new(LocalCheckpointStorage::new(dir, retained));
-                let persistence = Arc::new(StoragePersistence {
-                    storage: storage.clone(),
-                    fingerprint: fingerprint(&graph),
-                    max_parallelism: config.max_parallelism,
-                });
-                Some(CheckpointRun {
-                    settings,
-                    persistence,
-                    storage,
-                })
-            }
-            _ => None,
-        };
-        let spec = JobSpec {
-            graph,
-            plan,
-            config,
-            checkpointing,
-            restart,
-            restore: None,
-            restore_path,
-        };
-        let metrics = Arc::new(SharedMetrics::default());
-        let cancel = CancellationToken::new();
-        let (trigger_tx, trigger_rx) = mpsc::channel(1);
-        let name = job_name.to_string();
-        tracing::info!(job = %name, "submitting job");
-        let started = Instant::now();
-        let join = {
-            let (name, cancel, metrics) = (name.clone(), cancel.clone(), metrics.clone());
-            runtime.spawn(async move {
-                let result = run_job(spec, cancel, trigger_rx, metrics.clone()).await;
-                let duration = started.elapsed();
-                tracing::info!(job = %name, ?duration, ok = result.is_ok(), "job ended");
-                result.map(|summary| JobResult {
-                    job_name: name,
-                    duration,
-                    metrics: metrics.current().snapshot(),
-                    restarts: summary.restarts,
-                    completed_checkpoints: summary.completed_checkpoints,
-                    last_checkpoint: summary.last_checkpoint,
-                    restored_from: summary.restored_from,
-                })
-            })
-        };
-        Ok(JobHandle::new(name, join, cancel, metrics, trigger_tx))
+        Ok(prepared.launch(graph))
     }
 
     /// Runs the job built so far to completion.

@@ -1,10 +1,28 @@
-//! Checkpoints: the coordinator's decisions, barrier alignment, and their configuration.
+//! Checkpoints: their configuration, and the pure state machines that run them.
 //!
-//! Both state machines here are pure (no clock, no I/O, no threads); the job master and the tasks
-//! carry out what they decide. See ARCHITECTURE.md for how a barrier travels.
+//! Where to find things:
+//! - [`CheckpointSettings`] (public): interval, timeout, pause, concurrency, retention and the
+//!   tolerated failures, with Flink's defaults;
+//! - `planner`: the checkpoint coordinator's decisions (trigger, complete, expire, abort,
+//!   subsume, the final checkpoint after end of input);
+//! - `aligner`: which input channels a task blocks while it aligns a barrier;
+//! - `completed`: what turns acknowledgements and coordinator snapshots into a completed
+//!   checkpoint;
+//! - `failures`: tolerable checkpoint failures (Flink's `CheckpointFailureManager`);
+//! - `persistence`: writing a completed checkpoint to storage and reading one back to restore.
+//!
+//! Everything but the persistence is pure (no clock, no I/O, no threads); the job master and the
+//! tasks carry out what it decides. See ARCHITECTURE.md for how a barrier travels.
 
 mod aligner;
-mod coordinator;
+mod completed;
+mod failures;
+pub(crate) mod persistence;
+mod planner;
+mod settings;
 
-pub use aligner::{AlignEvent, BarrierAligner};
-pub use coordinator::{CheckpointPlanner, CheckpointSettings, Decision, TaskIndex};
+pub(crate) use aligner::{AlignEvent, BarrierAligner};
+pub(crate) use completed::{CompletedCheckpoint, PendingStates, SubtaskState};
+pub(crate) use failures::FailureCounter;
+pub(crate) use planner::{AbortReason, CheckpointPlanner, Decision, TaskIndex};
+pub use settings::CheckpointSettings;

@@ -5,7 +5,7 @@ use crate::checkpoint::{AlignEvent, BarrierAligner};
 use crate::error::TaskError;
 use crate::task::input::{InputEvent, TaskInput};
 use crate::watermark::{ValveOutput, WatermarkValve};
-use sluice_core::{CheckpointBarrier, Data, StreamElement};
+use sluice_core::{CheckpointBarrier, CheckpointId, Data, StreamElement};
 use std::collections::VecDeque;
 use std::task::{Context, Poll};
 
@@ -50,13 +50,9 @@ impl<T: Data> InputGate<T> {
         for e in events {
             match e {
                 AlignEvent::Abandoned(id) => self.pending.push_back(InputEvent::Abandoned(id)),
-                AlignEvent::Aligned(id) => {
-                    self.pending
-                        .push_back(InputEvent::Barrier(CheckpointBarrier {
-                            id: sluice_core::CheckpointId(id),
-                            ..barrier
-                        }))
-                }
+                AlignEvent::Aligned(id) => self
+                    .pending
+                    .push_back(InputEvent::Barrier(CheckpointBarrier { id, ..barrier })),
             }
         }
     }
@@ -73,7 +69,7 @@ impl<T: Data> InputGate<T> {
 }
 
 impl<T: Data> TaskInput<T> for InputGate<T> {
-    fn abort_checkpoint(&mut self, id: u64) {
+    fn abort_checkpoint(&mut self, id: CheckpointId) {
         self.aligner.abandon(id);
     }
 
@@ -107,7 +103,7 @@ impl<T: Data> TaskInput<T> for InputGate<T> {
                     self.queue_valve(out);
                 }
                 Poll::Ready(Some(StreamElement::Barrier(b))) => {
-                    let events = self.aligner.on_barrier(i, b.id.0);
+                    let events = self.aligner.on_barrier(i, b.id);
                     self.barrier = Some(b);
                     self.queue_alignment(events, b);
                 }

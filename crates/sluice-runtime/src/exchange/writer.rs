@@ -12,7 +12,8 @@ use crate::operator::OperatorContext;
 use crate::task::chain::{ChainStage, failure};
 use crate::task::control::TaskSnapshot;
 use sluice_core::{
-    CheckpointBarrier, Data, NodeId, OperatorEvent, StreamElement, Watermark, WatermarkStatus,
+    CheckpointBarrier, CheckpointId, Data, NodeId, OperatorEvent, StreamElement, Watermark,
+    WatermarkStatus,
 };
 use std::collections::VecDeque;
 use std::hash::Hash;
@@ -320,7 +321,7 @@ impl<T: Data, R: Route<T>> ChainStage<T> for NetworkWriter<T, R> {
         Ok(())
     }
 
-    fn notify_checkpoint(&mut self, _id: u64, _complete: bool) -> Result<(), TaskError> {
+    fn notify_checkpoint(&mut self, _id: CheckpointId, _complete: bool) -> Result<(), TaskError> {
         Ok(())
     }
 }

@@ -75,6 +75,26 @@ pub(crate) struct StreamGraph {
 }
 
 impl StreamGraph {
+    /// A string that changes when the job graph changes shape: operators (name, kind, sink or
+    /// not), and edges (endpoints and partitioning). A checkpoint of one graph does not restore
+    /// into another.
+    pub(crate) fn fingerprint(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::from("sluice-graph-v1;");
+        for n in &self.nodes {
+            let kind = match n.kind {
+                NodeKind::Source(_) => "source",
+                NodeKind::Operator(_) if n.is_sink => "sink",
+                NodeKind::Operator(_) => "operator",
+            };
+            let _ = write!(s, "n{}:{}:{};", n.id.0, kind, n.name);
+        }
+        for e in &self.edges {
+            let _ = write!(s, "e{}>{}:{};", e.from.0, e.to.0, e.partitioning);
+        }
+        s
+    }
+
     pub(crate) fn add_node(
         &mut self,
         name: String,

@@ -16,11 +16,12 @@
 //!   taken by its mailbox; when a subtask acknowledges N (it took the barrier), its held events
 //!   are released in order; completion, abort and reset release everything.
 
-use crate::error::JobError;
+use crate::error::{CoordinatorFailureInfo, JobError};
 use crate::graph::StreamGraph;
 use crate::job::plan::Plan;
 use crate::task::control::TaskControl;
-use sluice_coordinator::valve::{EventId, EventValve, Release, SendOutcome};
+use futures::future::BoxFuture;
+use sluice_coordinator::valve::{EventId, EventValve, Readiness, Release, SendOutcome};
 use sluice_coordinator::{
     AckFuture, AckSender, CheckpointResult, CoordinatorContext, CoordinatorFailure,
     CoordinatorProvider, EventTransport, JobFailureHook, LiveAttempts, OperatorCoordinator,
@@ -179,11 +180,25 @@ pub(crate) struct Coordinators {
     holders: Vec<Holder>,
 }
 
-fn coordinator_error(name: &str, what: &str, e: impl std::fmt::Display) -> JobError {
-    JobError::Internal(format!(
-        "the coordinator of operator '{name}' failed to {what}: {e}"
-    ))
+fn coordinator_error(node: NodeId, name: &str, what: &str, e: impl std::fmt::Display) -> JobError {
+    JobError::CoordinatorFailed(CoordinatorFailureInfo {
+        operator_id: node,
+        operator_name: name.to_string(),
+        message: format!("failed to {what}: {e}"),
+    })
 }
+
+/// The job error for a failure a coordinator reported through its failure hook.
+pub(crate) fn reported_failure(f: &CoordinatorFailure) -> JobError {
+    JobError::CoordinatorFailed(CoordinatorFailureInfo {
+        operator_id: f.operator_id(),
+        operator_name: f.operator().to_string(),
+        message: f.cause().to_string(),
+    })
+}
+
+/// What one coordinator's part of a checkpoint resolves to.
+type CoordinatorPart = BoxFuture<'static, Result<(NodeId, Vec<u8>), String>>;
 
 impl Coordinators {
     /// Creates the coordinators declared in `graph`; their failures go to `failures`.
@@ -206,7 +221,7 @@ impl Coordinators {
             let context = CoordinatorContext::new(n.name.clone(), n.id, p, hook);
             let provider: Arc<dyn CoordinatorProvider> = provider.clone();
             let coordinator = RecreateOnResetCoordinator::new(provider, context)
-                .map_err(|e| coordinator_error(&n.name, "be created", e))?;
+                .map_err(|e| coordinator_error(n.id, &n.name, "be created", e))?;
             holders.push(Holder {
                 node: n.id,
                 name: n.name.clone(),
@@ -238,20 +253,20 @@ impl Coordinators {
     /// attempt).
     pub(crate) async fn start(
         &mut self,
-        restore: Option<(u64, &BTreeMap<NodeId, Vec<u8>>)>,
+        restore: Option<(CheckpointId, &BTreeMap<NodeId, Vec<u8>>)>,
     ) -> Result<(), JobError> {
         for h in &mut self.holders {
             if let Some((id, states)) = restore {
                 let state = states.get(&h.node).cloned();
                 h.coordinator
-                    .reset_to_checkpoint(CheckpointId(id), state)
+                    .reset_to_checkpoint(id, state)
                     .await
-                    .map_err(|e| coordinator_error(&h.name, "restore", e))?;
+                    .map_err(|e| coordinator_error(h.node, &h.name, "restore", e))?;
             }
             h.coordinator
                 .start()
                 .await
-                .map_err(|e| coordinator_error(&h.name, "start", e))?;
+                .map_err(|e| coordinator_error(h.node, &h.name, "start", e))?;
         }
         Ok(())
     }
@@ -277,7 +292,7 @@ impl Coordinators {
                 h.coordinator
                     .execution_attempt_ready(s, attempt, gateway)
                     .await
-                    .map_err(|e| coordinator_error(&h.name, "accept a ready subtask", e))?;
+                    .map_err(|e| coordinator_error(h.node, &h.name, "accept a ready subtask", e))?;
             }
         }
         Ok(())
@@ -296,65 +311,101 @@ impl Coordinators {
         h.coordinator
             .handle_event_from_operator(e.subtask, e.attempt, e.event)
             .await
-            .map_err(|err| coordinator_error(&h.name, "handle an operator event", err))
+            .map_err(|err| coordinator_error(h.node, &h.name, "handle an operator event", err))
     }
 
-    /// Checkpoints every coordinator for checkpoint `id`, before barriers are injected. Returns
-    /// each coordinator's state once every event sent before its snapshot reached its mailbox.
-    pub(crate) async fn checkpoint(
-        &mut self,
-        id: u64,
-    ) -> Result<BTreeMap<NodeId, Vec<u8>>, String> {
-        let cid = CheckpointId(id);
-        let mut states = BTreeMap::new();
+    /// Waits until every coordinator handled every call made before (see
+    /// [`OperatorCoordinator::flush`]).
+    pub(crate) async fn flush(&mut self) -> Result<(), JobError> {
         for h in &mut self.holders {
-            lock(&h.shared.valve)
-                .trigger(cid)
-                .map_err(|e| format!("coordinator of '{}': {e}", h.name))?;
-            let shared = h.shared.clone();
-            let (result, future) = CheckpointResult::new(cid);
-            // The valve closes the instant the snapshot completes, on the thread completing it,
-            // so no event sent afterwards can slip into this checkpoint.
-            let result = result.with_completion_hook(move |c, outcome| {
-                if outcome.is_ok() {
-                    let _order = lock(&shared.order);
-                    if let Err(e) = lock(&shared.valve).coordinator_checkpoint_taken(c) {
-                        *lock(&shared.close_error) = Some(e.to_string());
-                    }
-                }
-            });
             h.coordinator
-                .checkpoint_coordinator(cid, result)
+                .flush()
                 .await
-                .map_err(|e| format!("coordinator of '{}' failed to checkpoint: {e}", h.name))?;
+                .map_err(|e| coordinator_error(h.node, &h.name, "handle its queued calls", e))?;
+        }
+        Ok(())
+    }
+
+    /// Starts checkpoint `id` at every coordinator, before barriers are injected: marks the
+    /// valves and asks each coordinator for its snapshot (this only queues the work). Returns a
+    /// future, independent of `self`, that resolves to every coordinator's state once each
+    /// snapshot was taken and every event sent before it reached its mailbox; or to why the
+    /// checkpoint cannot complete (a decline, or an event sent before the snapshot was lost).
+    pub(crate) async fn start_checkpoint(
+        &mut self,
+        id: CheckpointId,
+    ) -> BoxFuture<'static, Result<BTreeMap<NodeId, Vec<u8>>, String>> {
+        let mut parts: Vec<CoordinatorPart> = Vec::new();
+        for h in &mut self.holders {
+            let part = Self::start_one(h, id).await;
+            parts.push(match part {
+                Ok(part) => part,
+                Err(e) => Box::pin(std::future::ready(Err(e))),
+            });
+        }
+        Box::pin(async move {
+            let states = futures::future::try_join_all(parts).await?;
+            Ok(states.into_iter().collect())
+        })
+    }
+
+    async fn start_one(h: &mut Holder, id: CheckpointId) -> Result<CoordinatorPart, String> {
+        let name = h.name.clone();
+        lock(&h.shared.valve)
+            .trigger(id)
+            .map_err(|e| format!("coordinator of '{name}': {e}"))?;
+        let shared = h.shared.clone();
+        let (result, future) = CheckpointResult::new(id);
+        // The valve closes the instant the snapshot completes, on the thread completing it,
+        // so no event sent afterwards can slip into this checkpoint.
+        let result = result.with_completion_hook(move |c, outcome| {
+            if outcome.is_ok() {
+                let _order = lock(&shared.order);
+                if let Err(e) = lock(&shared.valve).coordinator_checkpoint_taken(c) {
+                    *lock(&shared.close_error) = Some(e.to_string());
+                }
+            }
+            shared.ready.notify_waiters();
+        });
+        h.coordinator
+            .checkpoint_coordinator(id, result)
+            .await
+            .map_err(|e| format!("coordinator of '{name}' failed to checkpoint: {e}"))?;
+        let (node, shared) = (h.node, h.shared.clone());
+        Ok(Box::pin(async move {
             let state = future.await.map_err(|d| {
                 format!(
-                    "coordinator of '{}' declined checkpoint {id}: {}",
-                    h.name, d.reason
+                    "coordinator of '{name}' declined checkpoint {id}: {}",
+                    d.reason
                 )
             })?;
             loop {
-                let notified = h.shared.ready.notified();
+                let notified = shared.ready.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
                 {
-                    let valve = lock(&h.shared.valve);
-                    if valve.is_checkpoint_ready(cid) {
-                        break;
+                    if let Some(e) = lock(&shared.close_error).take() {
+                        return Err(format!("coordinator of '{name}': {e}"));
                     }
-                    if let Some(e) = lock(&h.shared.close_error).take() {
-                        return Err(format!("coordinator of '{}': {e}", h.name));
-                    }
-                    if !valve.pending_checkpoints().contains(&cid) {
-                        return Err(format!(
-                            "coordinator of '{}': an event sent before checkpoint {id} was lost",
-                            h.name
-                        ));
+                    match lock(&shared.valve).readiness(id) {
+                        Some(Readiness::Ready) => return Ok((node, state)),
+                        Some(Readiness::Failed) => {
+                            return Err(format!(
+                                "coordinator of '{name}': an event it sent before its snapshot \
+                                 of checkpoint {id} was lost"
+                            ));
+                        }
+                        Some(Readiness::AwaitingAcks { .. }) => {}
+                        None => {
+                            return Err(format!(
+                                "coordinator of '{name}': checkpoint {id} is no longer pending"
+                            ));
+                        }
                     }
                 }
                 notified.await;
             }
-            states.insert(h.node, state);
-        }
-        Ok(states)
+        }))
     }
 
     /// Task running (operator, subtask) of `attempt` took barrier `id`: release held events.
@@ -363,12 +414,12 @@ impl Coordinators {
         node: NodeId,
         subtask: SubtaskIndex,
         attempt: AttemptNumber,
-        id: u64,
+        id: CheckpointId,
     ) {
         if let Some(h) = self.holders.iter().find(|h| h.node == node) {
             let _order = lock(&h.shared.order);
-            let released = lock(&h.shared.valve)
-                .barrier_taken(SubtaskAttempt::new(subtask, attempt), CheckpointId(id));
+            let released =
+                lock(&h.shared.valve).barrier_taken(SubtaskAttempt::new(subtask, attempt), id);
             if let Ok(released) = released {
                 h.shared.release(released);
             }
@@ -376,52 +427,57 @@ impl Coordinators {
     }
 
     /// Checkpoint `id` completed.
-    pub(crate) async fn checkpoint_complete(&mut self, id: u64) -> Result<(), JobError> {
+    pub(crate) async fn checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), JobError> {
         for h in &mut self.holders {
             {
                 let _order = lock(&h.shared.order);
                 let released = lock(&h.shared.valve)
-                    .checkpoint_complete(CheckpointId(id))
+                    .checkpoint_complete(id)
                     .unwrap_or_default();
                 h.shared.release(released);
             }
             h.coordinator
-                .notify_checkpoint_complete(CheckpointId(id))
+                .notify_checkpoint_complete(id)
                 .await
-                .map_err(|e| coordinator_error(&h.name, "take a checkpoint notification", e))?;
+                .map_err(|e| {
+                    coordinator_error(h.node, &h.name, "take a checkpoint notification", e)
+                })?;
         }
         Ok(())
     }
 
     /// Checkpoint `id` was aborted.
-    pub(crate) async fn checkpoint_aborted(&mut self, id: u64) -> Result<(), JobError> {
+    pub(crate) async fn checkpoint_aborted(&mut self, id: CheckpointId) -> Result<(), JobError> {
         for h in &mut self.holders {
             {
                 let _order = lock(&h.shared.order);
                 let released = lock(&h.shared.valve)
-                    .checkpoint_aborted(CheckpointId(id))
+                    .checkpoint_aborted(id)
                     .unwrap_or_default();
                 h.shared.release(released);
             }
             h.coordinator
-                .notify_checkpoint_aborted(CheckpointId(id))
+                .notify_checkpoint_aborted(id)
                 .await
-                .map_err(|e| coordinator_error(&h.name, "take an abort notification", e))?;
+                .map_err(|e| coordinator_error(h.node, &h.name, "take an abort notification", e))?;
         }
         Ok(())
     }
 
-    /// Attempts whose events were lost while they ran (they must be failed over).
-    pub(crate) fn lost_attempts(&self) -> Vec<(NodeId, SubtaskAttempt)> {
-        self.holders
-            .iter()
-            .flat_map(|h| {
-                lock(&h.shared.lost)
-                    .drain(..)
-                    .map(|t| (h.node, t))
-                    .collect::<Vec<_>>()
-            })
-            .collect()
+    /// The failure to fail over with if an event was lost while its target ran.
+    pub(crate) fn lost_event(&self) -> Option<JobError> {
+        self.holders.iter().find_map(|h| {
+            let target = lock(&h.shared.lost).drain(..).next()?;
+            Some(coordinator_error(
+                h.node,
+                &h.name,
+                "deliver an operator event",
+                format!(
+                    "the event to {target} was lost while the task ran; failing over to stay \
+                     consistent"
+                ),
+            ))
+        })
     }
 
     /// Every task failed or was cancelled (global failover): tell the coordinators each attempt
@@ -429,7 +485,7 @@ impl Coordinators {
     pub(crate) async fn global_failover(
         &mut self,
         reason: &str,
-        restore: Option<(u64, &BTreeMap<NodeId, Vec<u8>>)>,
+        restore: Option<(CheckpointId, &BTreeMap<NodeId, Vec<u8>>)>,
     ) -> Result<(), JobError> {
         for h in &mut self.holders {
             for s in 0..h.parallelism {
@@ -447,7 +503,9 @@ impl Coordinators {
                     h.coordinator
                         .execution_attempt_failed(s, attempt, Some(reason.to_string()))
                         .await
-                        .map_err(|e| coordinator_error(&h.name, "take a subtask failure", e))?;
+                        .map_err(|e| {
+                            coordinator_error(h.node, &h.name, "take a subtask failure", e)
+                        })?;
                 }
             }
             {
@@ -456,13 +514,13 @@ impl Coordinators {
                 h.shared.release(released);
             }
             let (id, state) = match restore {
-                Some((id, states)) => (CheckpointId(id), states.get(&h.node).cloned()),
+                Some((id, states)) => (id, states.get(&h.node).cloned()),
                 None => (sluice_coordinator::NO_CHECKPOINT, None),
             };
             h.coordinator
                 .reset_to_checkpoint(id, state)
                 .await
-                .map_err(|e| coordinator_error(&h.name, "reset", e))?;
+                .map_err(|e| coordinator_error(h.node, &h.name, "reset", e))?;
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! Deployment: turn a planned graph into typed tasks connected by bounded channels.
 
+use crate::checkpoint::CompletedCheckpoint;
 use crate::error::JobError;
 use crate::graph::erased::{AnyBox, RunnableTask, TaskParts};
 use crate::graph::{NodeKind, StreamGraph};
@@ -39,18 +40,6 @@ pub(crate) struct DeployedTask {
     pub(crate) task: Box<dyn RunnableTask>,
 }
 
-/// The state a job restarts from: per operator, the states of its subtasks when checkpointed.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct RestoreState {
-    /// The checkpoint.
-    pub(crate) checkpoint_id: u64,
-    /// Per operator node, one state per old subtask, in subtask order (shared with the
-    /// completed checkpoint it came from: never copied until a restore deals it out).
-    pub(crate) operators: Arc<BTreeMap<NodeId, Vec<OperatorState>>>,
-    /// Per operator with a coordinator, the coordinator's state.
-    pub(crate) coordinators: Arc<BTreeMap<NodeId, Vec<u8>>>,
-}
-
 /// Everything deployment built: the tasks and the master's ends of their mailboxes.
 pub(crate) struct Deployment {
     pub(crate) tasks: Vec<DeployedTask>,
@@ -75,7 +64,7 @@ fn restored_shares(
     graph: &StreamGraph,
     plan: &Plan,
     config: &JobConfig,
-    restore: Option<&RestoreState>,
+    restore: Option<&CompletedCheckpoint>,
 ) -> Result<Vec<Vec<Option<OperatorState>>>, JobError> {
     let mut shares: Vec<Vec<Option<OperatorState>>> = graph
         .nodes
@@ -89,7 +78,7 @@ fn restored_shares(
         let Some(node) = graph.nodes.get(id.0) else {
             return Err(JobError::InvalidJob(format!(
                 "checkpoint {} holds state of operator {id}, which this job does not have",
-                restore.checkpoint_id
+                restore.id
             )));
         };
         let p = plan.parallelism[id.0];
@@ -115,18 +104,14 @@ pub(crate) fn deploy(
     plan: &Plan,
     config: &JobConfig,
     attempt: AttemptNumber,
-    restore: Option<&RestoreState>,
+    restore: Option<&CompletedCheckpoint>,
     checkpointing: bool,
     max_concurrent_checkpoints: usize,
 ) -> Result<Deployment, JobError> {
     let mut shares = restored_shares(graph, plan, config, restore)?;
     let (to_coordinator_tx, to_coordinators) = mpsc::channel(TO_COORDINATOR_CAPACITY);
     let mut node_mailboxes = BTreeMap::new();
-    let task_count: usize = plan
-        .chains
-        .iter()
-        .map(|c| c.first().map_or(0, |h| plan.parallelism[h.0]))
-        .sum();
+    let task_count = plan.task_count();
     let (report_tx, reports) =
         mpsc::channel(task_count.max(1) * (max_concurrent_checkpoints + 2) + 1);
     let mut controls = Vec::with_capacity(task_count);

@@ -1,16 +1,33 @@
-//! [`JobHandle`] and [`JobResult`]: watching, cancelling and awaiting a submitted job.
+//! [`JobHandle`] and [`JobResult`]: watching, checkpointing, stopping, cancelling and awaiting a
+//! submitted job.
 
 use crate::error::JobError;
-use crate::job::master::SharedMetrics;
+use crate::job::attempt::RequestKind;
+use crate::job::master::{HandleRequest, SharedMetrics};
 use crate::metrics::JobMetrics;
+use sluice_core::CheckpointId;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+/// Checkpoint counts of a whole job, over every attempt (Flink's checkpoint statistics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CheckpointStats {
+    /// Checkpoints triggered.
+    pub triggered: u64,
+    /// Checkpoints completed.
+    pub completed: u64,
+    /// Checkpoints that failed in a way that counts against
+    /// [`tolerable_failed_checkpoints`](crate::checkpoint::CheckpointSettings::tolerable_failed_checkpoints).
+    pub failed: u64,
+    /// Of those, checkpoints that expired (not acknowledged within the timeout).
+    pub expired: u64,
+}
 
 /// What a finished job reports.
 #[derive(Clone, Debug)]
@@ -19,19 +36,73 @@ pub struct JobResult {
     pub job_name: String,
     /// Wall-clock time from submission to the end.
     pub duration: Duration,
-    /// Final metrics of every operator subtask (of the last attempt, after restarts).
+    /// Metrics of every operator subtask over the whole job: records and times are summed over
+    /// every attempt, so records processed by an attempt that failed are counted too.
     pub metrics: JobMetrics,
+    /// Metrics of the last attempt only.
+    pub attempt_metrics: JobMetrics,
     /// How many times the job was restarted after a failure.
     pub restarts: u32,
     /// How many checkpoints completed.
     pub completed_checkpoints: u64,
+    /// Checkpoint counts (triggered, completed, failed, expired).
+    pub checkpoints: CheckpointStats,
     /// The id of the last completed checkpoint.
-    pub last_checkpoint: Option<u64>,
+    pub last_checkpoint: Option<CheckpointId>,
     /// The checkpoint the job was started from (`restore_from`), if any.
-    pub restored_from: Option<u64>,
+    pub restored_from: Option<CheckpointId>,
+    /// The savepoint the job stopped with ([`JobHandle::stop_with_savepoint`]), if it did.
+    pub stopped_with_savepoint: Option<CheckpointId>,
 }
 
-/// A running job: await it for its [`JobResult`], read its metrics, or cancel it.
+/// Why a requested checkpoint did not complete.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointError {
+    /// The job does not checkpoint.
+    #[error("checkpointing is not enabled for this job")]
+    NotEnabled,
+    /// The checkpoint was aborted or its attempt ended.
+    #[error("{0}")]
+    Failed(String),
+    /// The job ended before the checkpoint could complete.
+    #[error("the job ended before the checkpoint completed")]
+    JobEnded,
+}
+
+/// A checkpoint requested through [`JobHandle::trigger_checkpoint`]: its id, and its outcome to
+/// await.
+#[derive(Debug)]
+pub struct PendingCheckpoint {
+    id: CheckpointId,
+    done: oneshot::Receiver<Result<CheckpointId, String>>,
+}
+
+impl PendingCheckpoint {
+    /// The checkpoint's id.
+    pub fn id(&self) -> CheckpointId {
+        self.id
+    }
+
+    /// Waits until the checkpoint completed (it is durable and sinks were told to commit), or
+    /// failed.
+    pub async fn completed(self) -> Result<CheckpointId, CheckpointError> {
+        outcome(self.done).await
+    }
+}
+
+async fn outcome(
+    done: oneshot::Receiver<Result<CheckpointId, String>>,
+) -> Result<CheckpointId, CheckpointError> {
+    match done.await {
+        Ok(Ok(id)) => Ok(id),
+        Ok(Err(reason)) if reason.contains("not enabled") => Err(CheckpointError::NotEnabled),
+        Ok(Err(reason)) => Err(CheckpointError::Failed(reason)),
+        Err(_) => Err(CheckpointError::JobEnded),
+    }
+}
+
+/// A running job: await it for its [`JobResult`], read its metrics, take checkpoints, stop it
+/// with a savepoint, or cancel it.
 ///
 /// ```
 /// use sluice_runtime::prelude::*;
@@ -45,12 +116,33 @@ pub struct JobResult {
 /// assert!(matches!(job.await, Err(JobError::Cancelled)));
 /// # }
 /// ```
+///
+/// Stopping with a savepoint that a later run restores from (Flink's stop-with-savepoint):
+///
+/// ```
+/// use sluice_runtime::prelude::*;
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// let dir = tempfile::tempdir().unwrap();
+/// let env = StreamEnvironment::new();
+/// env.enable_checkpointing(Duration::from_secs(3600));
+/// env.set_checkpoint_storage(dir.path());
+/// env.from_generator(Generator::new(|i| i)).discard();
+/// let job = env.submit("stoppable").unwrap();
+/// let savepoint = job.stop_with_savepoint().await.unwrap();
+/// let result = job.await.unwrap();
+/// assert_eq!(result.stopped_with_savepoint, Some(savepoint));
+/// // A later run: env.restore_from(dir.path()) resumes from the savepoint.
+/// # }
+/// ```
 pub struct JobHandle {
     name: String,
     join: JoinHandle<Result<JobResult, JobError>>,
     cancel: CancellationToken,
     metrics: Arc<SharedMetrics>,
-    triggers: mpsc::Sender<()>,
+    requests: mpsc::Sender<HandleRequest>,
 }
 
 impl JobHandle {
@@ -59,21 +151,65 @@ impl JobHandle {
         join: JoinHandle<Result<JobResult, JobError>>,
         cancel: CancellationToken,
         metrics: Arc<SharedMetrics>,
-        triggers: mpsc::Sender<()>,
+        requests: mpsc::Sender<HandleRequest>,
     ) -> Self {
         JobHandle {
             name,
             join,
             cancel,
             metrics,
-            triggers,
+            requests,
         }
     }
 
-    /// Asks for a checkpoint now (as soon as the checkpoint rules allow). Does nothing when
-    /// checkpointing is disabled or a request is already waiting.
-    pub fn trigger_checkpoint(&self) {
-        let _ = self.triggers.try_send(());
+    async fn request(
+        &self,
+        kind: RequestKind,
+    ) -> Result<
+        (
+            oneshot::Receiver<CheckpointId>,
+            oneshot::Receiver<Result<CheckpointId, String>>,
+        ),
+        CheckpointError,
+    > {
+        let (triggered_tx, triggered) = oneshot::channel();
+        let (done_tx, done) = oneshot::channel();
+        let request = HandleRequest {
+            kind,
+            triggered: triggered_tx,
+            done: done_tx,
+        };
+        self.requests
+            .send(request)
+            .await
+            .map_err(|_| CheckpointError::JobEnded)?;
+        Ok((triggered, done))
+    }
+
+    /// Asks for a checkpoint now (as soon as the checkpoint rules allow: at most
+    /// `max_concurrent` in progress, the minimum pause). Returns once it is triggered, with
+    /// its id and its outcome to await.
+    pub async fn trigger_checkpoint(&self) -> Result<PendingCheckpoint, CheckpointError> {
+        let (triggered, done) = self.request(RequestKind::Checkpoint).await?;
+        match triggered.await {
+            Ok(id) => Ok(PendingCheckpoint { id, done }),
+            // Refused before it was triggered: the outcome says why.
+            Err(_) => Err(outcome(done)
+                .await
+                .err()
+                .unwrap_or(CheckpointError::JobEnded)),
+        }
+    }
+
+    /// Takes a savepoint (a checkpoint of every operator), then stops every task without
+    /// ending its input, as Flink's stop-with-savepoint does. Returns the savepoint's id once
+    /// it completed; awaiting the handle then returns a [`JobResult`] whose
+    /// `stopped_with_savepoint` names it. A later run restores from it with
+    /// [`restore_from`](crate::StreamEnvironment::restore_from) (the checkpoint storage
+    /// directory, or its `chk-N` directory). If the savepoint fails the job keeps running.
+    pub async fn stop_with_savepoint(&self) -> Result<CheckpointId, CheckpointError> {
+        let (_triggered, done) = self.request(RequestKind::StopWithSavepoint).await?;
+        outcome(done).await
     }
 
     /// The job's name.
@@ -87,9 +223,15 @@ impl JobHandle {
         self.cancel.cancel();
     }
 
-    /// The metrics of every operator subtask, as of now.
+    /// The metrics of every operator subtask, as of now, over the whole job (summed over every
+    /// attempt).
     pub fn metrics(&self) -> JobMetrics {
-        self.metrics.current().snapshot()
+        self.metrics.job()
+    }
+
+    /// The metrics of the attempt running now.
+    pub fn attempt_metrics(&self) -> JobMetrics {
+        self.metrics.attempt()
     }
 
     /// Whether the job has ended.

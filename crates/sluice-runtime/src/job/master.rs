@@ -1,29 +1,36 @@
-//! The job master: runs the tasks, drives checkpoints, restarts after failures.
+//! The job master: runs attempts of a job, carrying out what the pure [`AttemptMachine`] decides.
 //!
-//! One async loop per job. It spawns the tasks of an attempt, then reacts to what happens:
-//! reports from tasks (checkpoint acknowledgements, declines, finished input), the checkpoint
-//! planner's deadlines, on-demand triggers, persisted checkpoints, task exits and failures, and
-//! cancel. It carries out the [`CheckpointPlanner`]'s decisions; the restart strategy decides what
-//! a failure leads to. On failure every task of the attempt is aborted and awaited before anything
-//! else happens (global failover), so no task of an old attempt keeps running.
+//! One async loop per job. For each attempt it deploys the tasks, then only waits on its
+//! channels (task exits, task reports, coordinator failures and events, coordinator snapshots,
+//! checkpoint writes, requests from the job handle, the machine's next deadline, cancel), turns
+//! what arrives into a [`Fact`], and carries out the [`Action`]s the machine answers with. Every
+//! decision (when to trigger, when a checkpoint completes, what a failure means, when the job is
+//! finished) is the machine's; this file is the I/O at its edge. Between attempts the restart
+//! strategy decides whether to restart; every task of a failed attempt is stopped and awaited
+//! first (global failover), so no task of an old attempt keeps running.
 
-use crate::checkpoint::{CheckpointPlanner, Decision};
+use crate::checkpoint::persistence::{CheckpointRun, load_restore};
+use crate::checkpoint::{CheckpointPlanner, CompletedCheckpoint};
 use crate::error::{JobError, TaskError};
 use crate::failover::{FailureHistory, RestartDecision, RestartStrategy};
 use crate::graph::StreamGraph;
 use crate::job::JobConfig;
-use crate::job::checkpointing::{CheckpointRun, CompletedCheckpoint, fingerprint, load_restore};
-use crate::job::coordination::{Coordinators, ToCoordinator};
-use crate::job::deploy::{DeployedTask, Deployment, MetricsRegistry, RestoreState, deploy};
+use crate::job::attempt::{
+    Action, AttemptEnd, AttemptMachine, CheckpointCounts, Fact, JobCheckpoints, Layout, RequestId,
+    RequestKind,
+};
+use crate::job::coordination::{Coordinators, ToCoordinator, reported_failure};
+use crate::job::deploy::{Deployment, MetricsRegistry, deploy};
 use crate::job::plan::Plan;
-use crate::task::control::{TaskControl, TaskReport, TaskSnapshot};
+use crate::metrics::JobMetrics;
+use crate::task::control::{TaskControl, TaskReport};
+use futures::future::BoxFuture;
 use sluice_coordinator::CoordinatorFailure;
-use sluice_core::{AttemptNumber, NodeId};
-use sluice_core::{CheckpointBarrier, CheckpointId};
-use std::collections::BTreeMap;
+use sluice_core::{AttemptNumber, CheckpointId, NodeId};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +42,6 @@ pub(crate) struct JobSpec {
     pub(crate) config: JobConfig,
     pub(crate) checkpointing: Option<CheckpointRun>,
     pub(crate) restart: RestartStrategy,
-    pub(crate) restore: Option<RestoreState>,
     /// Where to restore from before the first attempt (a checkpoint or storage directory).
     pub(crate) restore_path: Option<std::path::PathBuf>,
 }
@@ -44,243 +50,296 @@ pub(crate) struct JobSpec {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RunSummary {
     pub(crate) restarts: u32,
-    pub(crate) completed_checkpoints: u64,
-    pub(crate) last_checkpoint: Option<u64>,
-    pub(crate) restored_from: Option<u64>,
+    pub(crate) checkpoints: CheckpointCounts,
+    pub(crate) last_checkpoint: Option<CheckpointId>,
+    pub(crate) restored_from: Option<CheckpointId>,
+    pub(crate) stopped_with_savepoint: Option<CheckpointId>,
 }
 
-/// The metrics of the attempt running now, swapped at each restart.
+/// A request from the job handle.
+pub(crate) struct HandleRequest {
+    pub(crate) kind: RequestKind,
+    /// Told the checkpoint's id once it is triggered.
+    pub(crate) triggered: oneshot::Sender<CheckpointId>,
+    /// Told how the checkpoint ended.
+    pub(crate) done: oneshot::Sender<Result<CheckpointId, String>>,
+}
+
+/// How many requests the job handle may have waiting for the master.
+pub(crate) const REQUEST_CAPACITY: usize = 16;
+
+/// The metrics of the job: the attempts that ended, and the one running now.
 #[derive(Default)]
-pub(crate) struct SharedMetrics(Mutex<Arc<MetricsRegistry>>);
+pub(crate) struct SharedMetrics {
+    current: Mutex<Arc<MetricsRegistry>>,
+    earlier: Mutex<JobMetrics>,
+}
 
 impl SharedMetrics {
-    pub(crate) fn current(&self) -> Arc<MetricsRegistry> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    /// The whole job so far: counters summed over every attempt.
+    pub(crate) fn job(&self) -> JobMetrics {
+        let mut all = lock(&self.earlier).clone();
+        all.accumulate(&self.attempt());
+        all
     }
-    fn set(&self, m: Arc<MetricsRegistry>) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = m;
+
+    /// The attempt running now (or the last one).
+    pub(crate) fn attempt(&self) -> JobMetrics {
+        lock(&self.current).snapshot()
+    }
+
+    fn next_attempt(&self, m: Arc<MetricsRegistry>) {
+        let ended = std::mem::replace(&mut *lock(&self.current), m);
+        lock(&self.earlier).accumulate(&ended.snapshot());
     }
 }
 
-enum AttemptEnd {
-    Finished,
-    Cancelled,
-    Failed(JobError),
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs the job to its end: success, cancel, or a failure the restart strategy gives up on.
+/// The channels the master reads besides those of an attempt.
+pub(crate) struct MasterInputs {
+    pub(crate) cancel: CancellationToken,
+    pub(crate) requests: mpsc::Receiver<HandleRequest>,
+    pub(crate) metrics: Arc<SharedMetrics>,
+}
+
+/// Runs the job to its end: success, stop, cancel, or a failure the restart strategy gives up on.
 pub(crate) async fn run_job(
-    mut spec: JobSpec,
-    cancel: CancellationToken,
-    mut triggers: mpsc::Receiver<()>,
-    metrics: Arc<SharedMetrics>,
+    spec: JobSpec,
+    mut inputs: MasterInputs,
 ) -> Result<RunSummary, JobError> {
     let start = Instant::now();
     let mut summary = RunSummary::default();
-    let task_count: usize = spec
-        .plan
-        .chains
-        .iter()
-        .map(|c| c.first().map_or(0, |h| spec.plan.parallelism[h.0]))
-        .sum();
-    let fingerprint = fingerprint(&spec.graph);
+    let mut restore = None;
     if let Some(path) = &spec.restore_path {
-        let restored = load_restore(path, &fingerprint).await?;
-        tracing::info!(checkpoint = restored.checkpoint_id, path = %path.display(), "restoring");
-        summary.restored_from = Some(restored.checkpoint_id);
-        spec.restore = Some(restored);
+        let restored = load_restore(path, &spec.graph.fingerprint()).await?;
+        tracing::info!(checkpoint = %restored.id, path = %path.display(), "restoring");
+        summary.restored_from = Some(restored.id);
+        restore = Some(restored);
     }
-    let mut stored_max = 0;
-    if let Some(c) = &spec.checkpointing {
-        let storage_error = |e: crate::storage::StorageError| {
-            JobError::InvalidJob(format!(
-                "checkpoint storage {} is not usable: {e}",
-                c.storage.location()
-            ))
-        };
-        c.storage.initialize().await.map_err(storage_error)?;
-        stored_max = c
-            .storage
-            .completed()
-            .await
-            .map_err(storage_error)?
-            .last()
-            .map_or(0, |id| id.0);
-        tracing::info!(location = %c.storage.location(), "checkpoints are stored here");
-    }
-    let mut planner = spec.checkpointing.as_ref().map(|c| {
-        let last = spec
-            .restore
-            .as_ref()
-            .map_or(0, |r| r.checkpoint_id)
-            .max(stored_max);
-        CheckpointPlanner::new(c.settings.clone(), task_count, last)
-    });
+    let mut checkpoints = match &spec.checkpointing {
+        Some(c) => Some(start_checkpointing(c, &spec.plan, restore.clone()).await?),
+        None => None,
+    };
     let (failure_tx, mut coordinator_failures) = mpsc::channel(16);
     let mut coordinators = Coordinators::create(&spec.graph, &spec.plan, failure_tx)?;
-    let restored = spec
-        .restore
-        .as_ref()
-        .map(|r| (r.checkpoint_id, r.coordinators.clone()));
+    let restored = restore.as_ref().map(|r| (r.id, r.coordinators.clone()));
     coordinators
         .start(restored.as_ref().map(|(id, m)| (*id, &**m)))
         .await?;
-    let result = run_attempts(
-        &mut spec,
-        &mut coordinators,
-        &mut coordinator_failures,
-        planner.as_mut(),
-        &mut summary,
-        &cancel,
-        &mut triggers,
-        &metrics,
-        start,
-    )
-    .await;
+    let mut history = FailureHistory::new();
+    let mut attempt: AttemptNumber = 0;
+    let mut requests = Requests::default();
+    let result = loop {
+        let ctx = AttemptContext {
+            spec: &spec,
+            attempt,
+            start,
+            restore: checkpoints
+                .as_ref()
+                .and_then(|c| c.latest.clone())
+                .or_else(|| restore.clone()),
+        };
+        let (end, back) = ctx
+            .run(
+                checkpoints.take(),
+                &mut coordinators,
+                &mut coordinator_failures,
+                &mut inputs,
+                &mut requests,
+            )
+            .await;
+        checkpoints = back;
+        if let Some(c) = &checkpoints {
+            summary.checkpoints = c.counts;
+            summary.last_checkpoint = c.latest.as_ref().map(|l| l.id);
+        }
+        let err = match end {
+            AttemptEnd::Finished => break Ok(()),
+            AttemptEnd::Stopped(id) => {
+                summary.stopped_with_savepoint = Some(id);
+                break Ok(());
+            }
+            AttemptEnd::Cancelled => break Err(JobError::Cancelled),
+            AttemptEnd::TaskFailed(e) => e.into_job_error(),
+            AttemptEnd::Failed(e) => e,
+        };
+        match spec.restart.on_failure(&mut history, start.elapsed()) {
+            RestartDecision::GiveUp { attempts } => {
+                break Err(if attempts == 0 && spec.restart.is_none() {
+                    err
+                } else {
+                    JobError::RestartsExhausted {
+                        attempts,
+                        last: Box::new(err),
+                    }
+                });
+            }
+            RestartDecision::Restart { after } => {
+                tracing::warn!(error = %err, attempt, ?after, "job failed; restarting");
+                summary.restarts += 1;
+                attempt += 1;
+                let point = checkpoints
+                    .as_ref()
+                    .and_then(|c| c.latest.clone())
+                    .or_else(|| restore.clone());
+                let restored = point.map(|r| (r.id, r.coordinators));
+                if let Err(e) = coordinators
+                    .global_failover(
+                        &err.to_string(),
+                        restored.as_ref().map(|(id, m)| (*id, &**m)),
+                    )
+                    .await
+                {
+                    break Err(e);
+                }
+                tokio::select! {
+                    _ = inputs.cancel.cancelled() => break Err(JobError::Cancelled),
+                    _ = tokio::time::sleep(after) => {}
+                }
+            }
+        }
+    };
     coordinators.close().await;
     result.map(|()| summary)
 }
 
-/// Runs attempts until the job finishes, is cancelled, or its restart strategy gives up.
-#[allow(clippy::too_many_arguments)] // the master's loop state, threaded through once
-async fn run_attempts(
-    spec: &mut JobSpec,
-    coordinators: &mut Coordinators,
-    coordinator_failures: &mut mpsc::Receiver<CoordinatorFailure>,
-    mut planner: Option<&mut CheckpointPlanner>,
-    summary: &mut RunSummary,
-    cancel: &CancellationToken,
-    triggers: &mut mpsc::Receiver<()>,
-    metrics: &SharedMetrics,
-    start: Instant,
-) -> Result<(), JobError> {
-    let mut history = FailureHistory::new();
-    let mut attempt = 0u32;
-    loop {
-        let max_concurrent = spec
-            .checkpointing
-            .as_ref()
-            .map_or(1, |c| c.settings.max_concurrent);
-        let deployment = deploy(
-            &spec.graph,
-            &spec.plan,
-            &spec.config,
-            attempt,
-            spec.restore.as_ref(),
-            spec.checkpointing.is_some(),
-            max_concurrent,
-        )?;
-        if let Some(p) = planner.as_mut() {
-            p.on_restart(ms_since(start));
+/// Prepares checkpoint storage and the planner; ids continue after every stored checkpoint.
+async fn start_checkpointing(
+    c: &CheckpointRun,
+    plan: &Plan,
+    restore: Option<CompletedCheckpoint>,
+) -> Result<JobCheckpoints, JobError> {
+    let storage_error = |e: crate::storage::StorageError| {
+        JobError::InvalidJob(format!(
+            "checkpoint storage {} is not usable: {e}",
+            c.storage.location()
+        ))
+    };
+    c.storage.initialize().await.map_err(storage_error)?;
+    let stored_max = c
+        .storage
+        .completed()
+        .await
+        .map_err(storage_error)?
+        .last()
+        .copied()
+        .unwrap_or_default();
+    tracing::info!(location = %c.storage.location(), "checkpoints are stored here");
+    let last = restore
+        .as_ref()
+        .map_or(stored_max, |r| r.id.max(stored_max));
+    let planner = CheckpointPlanner::new(c.settings.clone(), plan.task_count(), last);
+    Ok(JobCheckpoints::new(planner, restore))
+}
+
+/// Requests from the job handle, by id, until they are answered.
+#[derive(Default)]
+struct Requests {
+    next: u64,
+    open: BTreeMap<RequestId, HandleRequest>,
+    /// Requests not triggered when an attempt ended, for the next attempt.
+    carried: Vec<(RequestId, RequestKind)>,
+}
+
+impl Requests {
+    fn add(&mut self, r: HandleRequest) -> Fact {
+        let id = RequestId(self.next);
+        self.next += 1;
+        let kind = r.kind;
+        self.open.insert(id, r);
+        Fact::Requested(id, kind)
+    }
+
+    fn triggered(&mut self, id: RequestId, checkpoint: CheckpointId) {
+        if let Some(r) = self.open.get_mut(&id) {
+            let (tx, _) = oneshot::channel();
+            let _ = std::mem::replace(&mut r.triggered, tx).send(checkpoint);
         }
-        let Deployment {
-            tasks,
-            metrics: registry,
-            controls,
-            reports,
-            source_tasks,
-            node_mailboxes,
-            to_coordinators,
-        } = deployment;
-        metrics.set(Arc::new(registry));
-        let end = match coordinators
-            .attempt_deployed(attempt, &node_mailboxes)
-            .await
-        {
-            Err(e) => AttemptEnd::Failed(e),
-            Ok(()) => {
-                Attempt {
-                    controls,
-                    reports,
-                    source_tasks,
-                    planner: planner.as_deref_mut(),
-                    checkpointing: spec.checkpointing.as_ref(),
-                    start,
-                    pending: BTreeMap::new(),
-                    coordinator_states: BTreeMap::new(),
-                    latest: &mut spec.restore,
-                    summary: &mut *summary,
-                    coordinators: &mut *coordinators,
-                    to_coordinators,
-                    coordinator_failures: &mut *coordinator_failures,
-                    attempt,
-                }
-                .run(tasks, cancel, triggers)
-                .await
-            }
-        };
-        match end {
-            AttemptEnd::Finished => return Ok(()),
-            AttemptEnd::Cancelled => return Err(JobError::Cancelled),
-            AttemptEnd::Failed(err) => {
-                let at = start.elapsed();
-                match spec.restart.on_failure(&mut history, at) {
-                    RestartDecision::GiveUp { attempts } => {
-                        return Err(if attempts == 0 && spec.restart.is_none() {
-                            err
-                        } else {
-                            JobError::RestartsExhausted {
-                                attempts,
-                                last: Box::new(err),
-                            }
-                        });
-                    }
-                    RestartDecision::Restart { after } => {
-                        tracing::warn!(error = %err, attempt, ?after, "job failed; restarting");
-                        summary.restarts += 1;
-                        attempt += 1;
-                        let restored = spec
-                            .restore
-                            .as_ref()
-                            .map(|r| (r.checkpoint_id, r.coordinators.clone()));
-                        coordinators
-                            .global_failover(
-                                &err.to_string(),
-                                restored.as_ref().map(|(id, m)| (*id, &**m)),
-                            )
-                            .await?;
-                        tokio::select! {
-                            _ = cancel.cancelled() => return Err(JobError::Cancelled),
-                            _ = tokio::time::sleep(after) => {}
-                        }
-                    }
-                }
-            }
+    }
+
+    fn done(&mut self, id: RequestId, result: Result<CheckpointId, String>) {
+        if let Some(r) = self.open.remove(&id) {
+            let _ = r.done.send(result);
         }
     }
 }
 
-fn ms_since(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// One attempt: the tasks of one deployment and the checkpoints taken meanwhile.
-struct Attempt<'a> {
-    controls: Vec<mpsc::Sender<TaskControl>>,
-    reports: mpsc::Receiver<TaskReport>,
-    source_tasks: Vec<usize>,
-    planner: Option<&'a mut CheckpointPlanner>,
-    checkpointing: Option<&'a CheckpointRun>,
-    start: Instant,
-    /// Acknowledged state of pending checkpoints.
-    pending: BTreeMap<u64, TaskSnapshot>,
-    /// Coordinator states of pending checkpoints.
-    coordinator_states: BTreeMap<u64, BTreeMap<NodeId, Vec<u8>>>,
-    latest: &'a mut Option<RestoreState>,
-    summary: &'a mut RunSummary,
-    coordinators: &'a mut Coordinators,
-    to_coordinators: mpsc::Receiver<ToCoordinator>,
-    coordinator_failures: &'a mut mpsc::Receiver<CoordinatorFailure>,
+/// One attempt: what it runs and where it restores from.
+struct AttemptContext<'a> {
+    spec: &'a JobSpec,
     attempt: AttemptNumber,
+    start: Instant,
+    restore: Option<CompletedCheckpoint>,
 }
 
-impl Attempt<'_> {
+/// Every coordinator's state at one checkpoint.
+type CoordinatorStates = BTreeMap<NodeId, Vec<u8>>;
+
+/// The I/O of one running attempt.
+struct AttemptIo<'a> {
+    attempt: AttemptNumber,
+    start: Instant,
+    checkpointing: Option<&'a CheckpointRun>,
+    controls: Vec<mpsc::Sender<TaskControl>>,
+    source_tasks: Vec<usize>,
+    coordinators: &'a mut Coordinators,
+    coordinator_failures: &'a mut mpsc::Receiver<CoordinatorFailure>,
+    to_coordinators: mpsc::Receiver<ToCoordinator>,
+    snapshots: JoinSet<(CheckpointId, Result<CoordinatorStates, String>)>,
+    persisting: JoinSet<(CheckpointId, Result<(), String>)>,
+    requests: &'a mut Requests,
+}
+
+impl AttemptContext<'_> {
+    /// Runs the attempt to its end; returns how it ended and what checkpointing keeps.
     async fn run(
-        mut self,
-        tasks: Vec<DeployedTask>,
-        cancel: &CancellationToken,
-        triggers: &mut mpsc::Receiver<()>,
-    ) -> AttemptEnd {
+        self,
+        checkpoints: Option<JobCheckpoints>,
+        coordinators: &mut Coordinators,
+        coordinator_failures: &mut mpsc::Receiver<CoordinatorFailure>,
+        inputs: &mut MasterInputs,
+        requests: &mut Requests,
+    ) -> (AttemptEnd, Option<JobCheckpoints>) {
+        let spec = self.spec;
+        let deployment = deploy(
+            &spec.graph,
+            &spec.plan,
+            &spec.config,
+            self.attempt,
+            self.restore.as_ref(),
+            spec.checkpointing.is_some(),
+            spec.checkpointing
+                .as_ref()
+                .map_or(1, |c| c.settings.max_concurrent),
+        );
+        let Deployment {
+            tasks,
+            metrics,
+            controls,
+            mut reports,
+            source_tasks,
+            node_mailboxes,
+            to_coordinators,
+        } = match deployment {
+            Ok(d) => d,
+            Err(e) => return (AttemptEnd::Failed(e), checkpoints),
+        };
+        inputs.metrics.next_attempt(Arc::new(metrics));
+        if let Err(e) = coordinators
+            .attempt_deployed(self.attempt, &node_mailboxes)
+            .await
+        {
+            return (AttemptEnd::Failed(e), checkpoints);
+        }
+        let layout = Layout {
+            tasks: tasks.len(),
+            has_coordinators: !coordinators.is_empty(),
+        };
+        let (mut machine, first) = AttemptMachine::start(layout, checkpoints, ms_since(self.start));
+        machine.add_waiting_requests(std::mem::take(&mut requests.carried));
         let mut set = JoinSet::new();
         for t in tasks {
             let description = t.description;
@@ -293,228 +352,196 @@ impl Attempt<'_> {
                 r
             });
         }
-        let mut persisting: JoinSet<(u64, Result<CompletedCheckpoint, String>)> = JoinSet::new();
-        loop {
-            let deadline = self
-                .planner
-                .as_ref()
-                .and_then(|p| p.next_deadline_ms())
-                .map(|ms| self.start + Duration::from_millis(ms));
-            let decisions = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => {
-                    set.abort_all();
-                    while set.join_next().await.is_some() {}
-                    return AttemptEnd::Cancelled;
-                }
-                joined = set.join_next() => {
-                    let err = match joined {
-                        None => {
-                            // Every task ended: hand the coordinators what the tasks sent last.
-                            while let Ok(event) = self.to_coordinators.try_recv() {
-                                if let Err(e) = self.coordinators.event_from_operator(event).await {
-                                    return AttemptEnd::Failed(e);
-                                }
-                            }
-                            return AttemptEnd::Finished;
-                        }
-                        Some(Ok(Ok(()))) => continue,
-                        Some(Ok(Err(e))) => e,
-                        Some(Err(j)) if j.is_cancelled() => continue,
-                        Some(Err(j)) => TaskError::Internal(format!("a task panicked outside user code: {j}")),
-                    };
-                    return AttemptEnd::Failed(fail_all(set, err).await);
-                }
-                Some(report) = self.reports.recv() => self.on_report(report),
-                Some(event) = self.to_coordinators.recv() => {
-                    match self.coordinators.event_from_operator(event).await {
-                        Ok(()) => Vec::new(),
-                        Err(e) => return AttemptEnd::Failed(abort_all(set, e).await),
-                    }
-                }
-                Some(failure) = self.coordinator_failures.recv() => {
-                    let e = JobError::CoordinatorFailed(failure.to_string());
-                    return AttemptEnd::Failed(abort_all(set, e).await);
-                }
-                Some(done) = persisting.join_next(), if !persisting.is_empty() => {
-                    let now = ms_since(self.start);
-                    match done {
-                        Ok((_, Ok(cp))) => {
-                            let id = cp.id;
-                            *self.latest = Some(cp.restore_state());
-                            self.summary.completed_checkpoints += 1;
-                            self.summary.last_checkpoint = Some(id);
-                            self.planner.as_mut().map(|p| p.on_persisted(id, now)).unwrap_or_default()
-                        }
-                        Ok((id, Err(reason))) => self
-                            .planner
-                            .as_mut()
-                            .map(|p| p.on_persist_failed(id, &reason, now))
-                            .unwrap_or_default(),
-                        Err(j) => {
-                            set.abort_all();
-                            while set.join_next().await.is_some() {}
-                            return AttemptEnd::Failed(JobError::Internal(format!(
-                                "writing a checkpoint panicked: {j}"
-                            )));
-                        }
-                    }
-                }
-                Some(()) = triggers.recv() => {
-                    let now = ms_since(self.start);
-                    self.planner.as_mut().map(|p| { p.request_trigger(); p.on_time(now) }).unwrap_or_default()
-                }
-                _ = sleep_until(deadline) => {
-                    let now = ms_since(self.start);
-                    self.planner.as_mut().map(|p| p.on_time(now)).unwrap_or_default()
-                }
-            };
-            let mut queue: std::collections::VecDeque<Decision> = decisions.into();
-            while let Some(d) = queue.pop_front() {
-                match self.execute(d, &mut persisting).await {
-                    Ok(more) => queue.extend(more),
-                    Err(e) => return AttemptEnd::Failed(abort_all(set, e).await),
-                }
-            }
-            let lost = self.coordinators.lost_attempts();
-            if let Some((node, target)) = lost.first() {
-                let e = JobError::CoordinatorFailed(format!(
-                    "an operator event from the coordinator of operator {node} to {target} was \
-                     lost while the task ran; failing over to stay consistent"
-                ));
-                return AttemptEnd::Failed(abort_all(set, e).await);
-            }
-        }
-    }
-
-    fn on_report(&mut self, report: TaskReport) -> Vec<Decision> {
-        let now = ms_since(self.start);
-        let Some(planner) = self.planner.as_mut() else {
-            return Vec::new();
+        let mut io = AttemptIo {
+            attempt: self.attempt,
+            start: self.start,
+            checkpointing: spec.checkpointing.as_ref(),
+            controls,
+            source_tasks,
+            coordinators,
+            coordinator_failures,
+            to_coordinators,
+            snapshots: JoinSet::new(),
+            persisting: JoinSet::new(),
+            requests,
         };
-        match report {
-            TaskReport::Ack {
-                task,
-                checkpoint,
-                states,
-            } => {
-                for (node, subtask, _) in &states {
-                    self.coordinators
-                        .barrier_taken(*node, *subtask, self.attempt, checkpoint);
+        let mut actions: VecDeque<Action> = first.into();
+        let end = 'attempt: loop {
+            while let Some(action) = actions.pop_front() {
+                if let Action::End(end) = action {
+                    break 'attempt end;
                 }
-                if planner.pending_ids().contains(&checkpoint) {
-                    self.pending.entry(checkpoint).or_default().extend(states);
+                for fact in io.carry_out(action).await {
+                    actions.extend(machine.on(fact, ms_since(self.start)));
                 }
-                planner.on_ack(task, checkpoint)
             }
-            TaskReport::Decline {
-                task,
-                checkpoint,
-                reason,
-            } => planner.on_decline(task, checkpoint, &reason, now),
-            TaskReport::FinishedInput { task } => planner.on_task_finished(task, now),
+            if let Some(e) = io.coordinators.lost_event() {
+                actions.extend(machine.on(Fact::CoordinatorFailed(e), ms_since(self.start)));
+                continue;
+            }
+            let fact = io
+                .next_fact(&mut set, &mut reports, inputs, machine.next_deadline_ms())
+                .await;
+            actions.extend(machine.on(fact, ms_since(self.start)));
+        };
+        io.requests.carried = machine.take_waiting_requests();
+        let end = match end {
+            AttemptEnd::TaskFailed(e) => AttemptEnd::Failed(fail_all(set, e).await),
+            other => {
+                set.abort_all();
+                while set.join_next().await.is_some() {}
+                other
+            }
+        };
+        io.snapshots.abort_all();
+        io.persisting.abort_all();
+        (end, machine.into_checkpoints())
+    }
+}
+
+fn ms_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+impl AttemptIo<'_> {
+    /// Waits for the next thing that happens and turns it into a fact.
+    async fn next_fact(
+        &mut self,
+        set: &mut JoinSet<Result<(), TaskError>>,
+        reports: &mut mpsc::Receiver<TaskReport>,
+        inputs: &mut MasterInputs,
+        deadline_ms: Option<u64>,
+    ) -> Fact {
+        loop {
+            let deadline = deadline_ms.map(|ms| self.start + Duration::from_millis(ms));
+            tokio::select! {
+                biased;
+                _ = inputs.cancel.cancelled() => return Fact::Cancel,
+                Some(f) = self.coordinator_failures.recv() => {
+                    return Fact::CoordinatorFailed(reported_failure(&f));
+                }
+                Some(report) = reports.recv() => return Fact::Report(report),
+                Some(event) = self.to_coordinators.recv() => {
+                    if let Err(e) = self.coordinators.event_from_operator(event).await {
+                        return Fact::CoordinatorFailed(e);
+                    }
+                }
+                Some(joined) = set.join_next() => {
+                    return match joined {
+                        Ok(Ok(())) => Fact::TaskExited,
+                        Ok(Err(e)) => Fact::TaskFailed(e),
+                        Err(j) if j.is_cancelled() => Fact::TaskExited,
+                        Err(j) => Fact::TaskFailed(TaskError::Internal(format!(
+                            "a task panicked outside user code: {j}"
+                        ))),
+                    };
+                }
+                Some(done) = self.snapshots.join_next() => {
+                    return match done {
+                        Ok((id, Ok(states))) => Fact::CoordinatorsSnapshotted { id, states },
+                        Ok((id, Err(reason))) => Fact::CoordinatorSnapshotFailed { id, reason },
+                        Err(j) => Fact::CoordinatorFailed(JobError::Internal(format!(
+                            "waiting for a coordinator snapshot panicked: {j}"
+                        ))),
+                    };
+                }
+                Some(done) = self.persisting.join_next() => {
+                    return match done {
+                        Ok((id, Ok(()))) => Fact::Persisted(id),
+                        Ok((id, Err(reason))) => Fact::PersistFailed { id, reason },
+                        Err(j) => Fact::CoordinatorFailed(JobError::Internal(format!(
+                            "writing a checkpoint panicked: {j}"
+                        ))),
+                    };
+                }
+                Some(r) = inputs.requests.recv() => return self.requests.add(r),
+                _ = sleep_until(deadline) => return Fact::Time,
+            }
         }
     }
 
-    /// Carries out one decision; returns the decisions that follow from it.
-    async fn execute(
-        &mut self,
-        decision: Decision,
-        persisting: &mut JoinSet<(u64, Result<CompletedCheckpoint, String>)>,
-    ) -> Result<Vec<Decision>, JobError> {
-        match decision {
-            Decision::Trigger { id, timestamp_ms } => {
-                // Coordinators first: their snapshot precedes the barriers.
-                if !self.coordinators.is_empty() {
-                    let timeout = self
-                        .checkpointing
-                        .map_or(Duration::from_secs(600), |c| c.settings.timeout);
-                    let taken = tokio::time::timeout(timeout, self.coordinators.checkpoint(id))
-                        .await
-                        .unwrap_or_else(|_| {
-                            Err(format!(
-                                "the coordinators did not complete checkpoint {id} within {timeout:?}"
-                            ))
-                        });
-                    match taken {
-                        Ok(states) => {
-                            self.coordinator_states.insert(id, states);
-                        }
-                        Err(reason) => {
-                            let now = ms_since(self.start);
-                            return Ok(self
-                                .planner
-                                .as_mut()
-                                .map(|p| p.on_coordinator_declined(id, &reason, now))
-                                .unwrap_or_default());
-                        }
-                    }
-                }
-                let barrier = CheckpointBarrier {
-                    id: CheckpointId(id),
-                    timestamp_ms,
-                };
+    /// Carries out one action; returns the facts it produced at once.
+    async fn carry_out(&mut self, action: Action) -> Vec<Fact> {
+        match action {
+            Action::SnapshotCoordinators(id) => {
+                let part = self.coordinators.start_checkpoint(id).await;
+                self.snapshots.spawn(async move { (id, part.await) });
+            }
+            Action::TriggerSources(barrier) => {
                 for &t in &self.source_tasks {
                     let _ = self.controls[t]
                         .send(TaskControl::TriggerCheckpoint(barrier))
                         .await;
                 }
             }
-            Decision::TriggerFinishedTask { id, task } => {
-                let barrier = CheckpointBarrier {
-                    id: CheckpointId(id),
-                    timestamp_ms: ms_since(self.start),
-                };
+            Action::TriggerTask(task, barrier) => {
                 if let Some(c) = self.controls.get(task) {
                     let _ = c.send(TaskControl::TriggerCheckpoint(barrier)).await;
                 }
             }
-            Decision::Persist { id } => {
-                let states = self.pending.remove(&id).unwrap_or_default();
-                let mut operators: BTreeMap<_, Vec<(usize, _)>> = BTreeMap::new();
-                for (node, subtask, state) in states {
-                    operators.entry(node).or_default().push((subtask, state));
-                }
-                let operators = operators
-                    .into_iter()
-                    .map(|(node, mut v)| {
-                        v.sort_by_key(|(s, _)| *s);
-                        (node, v.into_iter().map(|(_, st)| st).collect())
-                    })
-                    .collect();
-                let cp = CompletedCheckpoint {
-                    id,
-                    timestamp_ms: ms_since(self.start),
-                    operators: Arc::new(operators),
-                    coordinators: Arc::new(self.coordinator_states.remove(&id).unwrap_or_default()),
-                };
+            Action::ReleaseHeldEvents { node, subtask, id } => {
+                self.coordinators
+                    .barrier_taken(node, subtask, self.attempt, id);
+            }
+            Action::Persist(cp) => {
                 let persistence = self.checkpointing.map(|c| c.persistence.clone());
-                persisting.spawn(async move {
-                    let Some(p) = persistence else {
-                        return (id, Ok(cp));
-                    };
-                    let written = p.persist(cp.clone()).await;
-                    (id, written.map(|()| cp))
+                let id = cp.id;
+                self.persisting.spawn(async move {
+                    match persistence {
+                        Some(p) => (id, p.persist(cp).await),
+                        None => (id, Ok(())),
+                    }
                 });
             }
-            Decision::NotifyComplete { id } => {
-                self.coordinators.checkpoint_complete(id).await?;
+            Action::NotifyComplete(id) => {
+                tracing::debug!(checkpoint = %id, "checkpoint completed");
+                if let Err(e) = self.coordinators.checkpoint_complete(id).await {
+                    return vec![Fact::CoordinatorFailed(e)];
+                }
                 send_all(&self.controls, || TaskControl::NotifyComplete(id)).await;
             }
-            Decision::Abort { id, reason } => {
-                tracing::info!(checkpoint = id, %reason, "checkpoint aborted");
-                self.pending.remove(&id);
-                self.coordinator_states.remove(&id);
-                self.coordinators.checkpoint_aborted(id).await?;
+            Action::NotifyAborted(id, reason) => {
+                tracing::info!(checkpoint = %id, %reason, "checkpoint aborted");
+                if let Err(e) = self.coordinators.checkpoint_aborted(id).await {
+                    return vec![Fact::CoordinatorFailed(e)];
+                }
                 send_all(&self.controls, || TaskControl::NotifyAborted(id)).await;
                 if let Some(c) = self.checkpointing {
                     let p = c.persistence.clone();
                     tokio::spawn(async move { p.discard(id).await });
                 }
             }
-            Decision::Finish => send_all(&self.controls, || TaskControl::Finish).await,
+            Action::RequestTriggered(r, id) => self.requests.triggered(r, id),
+            Action::RequestDone(r, result) => self.requests.done(r, result),
+            Action::FinishTasks => send_all(&self.controls, || TaskControl::Finish).await,
+            Action::FlushCoordinators => return vec![self.flush_coordinators().await],
+            Action::End(_) => {}
         }
-        Ok(Vec::new())
+        Vec::new()
+    }
+
+    /// Every task ended: hands the coordinators what the tasks sent last, waits until they
+    /// handled it all, and reports any failure they had meanwhile.
+    async fn flush_coordinators(&mut self) -> Fact {
+        while let Ok(event) = self.to_coordinators.try_recv() {
+            if let Err(e) = self.coordinators.event_from_operator(event).await {
+                return Fact::CoordinatorFailed(e);
+            }
+        }
+        let flushed: BoxFuture<'_, Result<(), JobError>> = Box::pin(self.coordinators.flush());
+        let flushed = tokio::select! {
+            biased;
+            Some(f) = self.coordinator_failures.recv() => Err(reported_failure(&f)),
+            r = flushed => r,
+        };
+        // A failure while handling an event is reported before the flush that follows it ends.
+        match flushed.and_then(|()| match self.coordinator_failures.try_recv() {
+            Ok(f) => Err(reported_failure(&f)),
+            Err(_) => Ok(()),
+        }) {
+            Ok(()) => Fact::CoordinatorsFlushed,
+            Err(e) => Fact::CoordinatorFailed(e),
+        }
     }
 }
 
@@ -524,13 +551,6 @@ async fn send_all(controls: &[mpsc::Sender<TaskControl>], msg: impl Fn() -> Task
     for c in controls {
         let _ = c.send(msg()).await;
     }
-}
-
-/// Aborts every task because of `cause` (not a task's failure) and waits until all stopped.
-async fn abort_all(mut set: JoinSet<Result<(), TaskError>>, cause: JobError) -> JobError {
-    set.abort_all();
-    while set.join_next().await.is_some() {}
-    cause
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

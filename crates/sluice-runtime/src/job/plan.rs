@@ -16,6 +16,16 @@ pub(crate) struct Plan {
     pub(crate) chains: Vec<Vec<NodeId>>,
 }
 
+impl Plan {
+    /// How many tasks the plan runs: one per subtask of each chain.
+    pub(crate) fn task_count(&self) -> usize {
+        self.chains
+            .iter()
+            .map(|c| c.first().map_or(0, |h| self.parallelism[h.0]))
+            .sum()
+    }
+}
+
 /// Validates `graph` under `config` and chains it.
 ///
 /// An edge is chained when its consumer has exactly this one input, its producer has exactly this

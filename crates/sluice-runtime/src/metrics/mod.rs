@@ -185,6 +185,38 @@ impl JobMetrics {
         t
     }
 
+    /// Adds the counters of `later` (a later attempt of the same job) to these: records and
+    /// times are summed per operator subtask; gauges are `later`'s.
+    ///
+    /// ```
+    /// use sluice_runtime::{JobMetrics, SubtaskMetrics};
+    /// use sluice_core::NodeId;
+    /// let one = |n| SubtaskMetrics {
+    ///     operator_id: NodeId(0), operator_name: "map".into(), subtask: 0,
+    ///     records_in: n, records_out: n, busy: Default::default(),
+    ///     backpressured: Default::default(), gauges: Default::default(),
+    /// };
+    /// let mut job = JobMetrics { subtasks: vec![one(10)] };
+    /// job.accumulate(&JobMetrics { subtasks: vec![one(5)] });
+    /// assert_eq!(job.operator("map").records_in, 15);
+    /// ```
+    pub fn accumulate(&mut self, later: &JobMetrics) {
+        for l in &later.subtasks {
+            let same =
+                |s: &&mut SubtaskMetrics| s.operator_id == l.operator_id && s.subtask == l.subtask;
+            match self.subtasks.iter_mut().find(same) {
+                Some(s) => {
+                    s.records_in += l.records_in;
+                    s.records_out += l.records_out;
+                    s.busy += l.busy;
+                    s.backpressured += l.backpressured;
+                    s.gauges = l.gauges.clone();
+                }
+                None => self.subtasks.push(l.clone()),
+            }
+        }
+    }
+
     /// The subtasks of the operator(s) named `name`.
     pub fn subtasks_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a SubtaskMetrics> {
         self.subtasks

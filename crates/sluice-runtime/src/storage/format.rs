@@ -10,7 +10,7 @@ use sluice_core::{CheckpointId, NodeId, SubtaskIndex};
 /// The length of the header.
 pub(crate) const HEADER_LEN: usize = 20;
 /// The format version this build writes and reads.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 /// The name of a checkpoint's metadata file, written last.
 pub(crate) const METADATA_FILE: &str = "_metadata";
 
@@ -127,6 +127,11 @@ pub(crate) fn parse_checkpoint_dir_name(name: &str) -> Option<CheckpointId> {
 /// The file name of the state of one operator subtask.
 pub(crate) fn state_file_name(node: NodeId, subtask: SubtaskIndex) -> String {
     format!("node-{}.subtask-{}.state", node.0, subtask)
+}
+
+/// The file name of the state of one operator's coordinator.
+pub(crate) fn coordinator_file_name(node: NodeId) -> String {
+    format!("node-{}.coordinator.state", node.0)
 }
 
 /// Whether `name` is a plain file name inside a checkpoint directory (no separator, not `.` or

@@ -4,8 +4,8 @@
 use super::format::{self, FileKind, METADATA_FILE};
 use super::fs::{self as sfs, Listed};
 use super::{
-    CheckpointMetadata, CheckpointStorage, Corruption, RestoreOutcome, RestoredCheckpoint,
-    SkippedCheckpoint, StateFileHandle, StorageError,
+    CheckpointMetadata, CheckpointStorage, CoordinatorStateHandle, Corruption, RestoreOutcome,
+    RestoredCheckpoint, SkippedCheckpoint, StateFileHandle, StorageError,
 };
 use futures::future::BoxFuture;
 use sluice_core::{CheckpointId, NodeId, SubtaskIndex, codec};
@@ -114,7 +114,34 @@ impl CheckpointStorage for LocalCheckpointStorage {
     ) -> BoxFuture<'_, Result<StateFileHandle, StorageError>> {
         let dir = self.checkpoint_dir(id);
         Box::pin(blocking(move || {
-            write_state_sync(&dir, node, subtask, &payload)
+            let file_name = format::state_file_name(node, subtask);
+            let header = write_state_sync(&dir, &file_name, &payload)?;
+            Ok(StateFileHandle {
+                node,
+                subtask,
+                file_name,
+                length: header.len,
+                crc32: header.crc32,
+            })
+        }))
+    }
+
+    fn write_coordinator_state(
+        &self,
+        id: CheckpointId,
+        node: NodeId,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<CoordinatorStateHandle, StorageError>> {
+        let dir = self.checkpoint_dir(id);
+        Box::pin(blocking(move || {
+            let file_name = format::coordinator_file_name(node);
+            let header = write_state_sync(&dir, &file_name, &payload)?;
+            Ok(CoordinatorStateHandle {
+                node,
+                file_name,
+                length: header.len,
+                crc32: header.crc32,
+            })
         }))
     }
 
@@ -188,27 +215,19 @@ fn initialize_sync(base: &Path) -> Result<Vec<CheckpointId>, StorageError> {
     Ok(removed)
 }
 
+/// Writes one state file of an incomplete checkpoint; returns its header.
 fn write_state_sync(
     dir: &Path,
-    node: NodeId,
-    subtask: SubtaskIndex,
+    file_name: &str,
     payload: &[u8],
-) -> Result<StateFileHandle, StorageError> {
+) -> Result<format::Header, StorageError> {
     if dir.join(METADATA_FILE).exists() {
         return Err(StorageError::AlreadyComplete {
             path: dir.to_path_buf(),
         });
     }
     fs::create_dir_all(dir).map_err(|e| StorageError::io("create directory", dir, e))?;
-    let file_name = format::state_file_name(node, subtask);
-    let header = sfs::write_framed(&dir.join(&file_name), FileKind::State, payload)?;
-    Ok(StateFileHandle {
-        node,
-        subtask,
-        file_name,
-        length: header.len,
-        crc32: header.crc32,
-    })
+    sfs::write_framed(&dir.join(file_name), FileKind::State, payload)
 }
 
 impl LocalCheckpointStorage {
@@ -224,8 +243,9 @@ impl LocalCheckpointStorage {
             return Err(StorageError::AlreadyComplete { path: dir });
         }
         fs::create_dir_all(&dir).map_err(|e| StorageError::io("create directory", &dir, e))?;
-        for f in &metadata.state_files {
-            let path = dir.join(&f.file_name);
+        let files = metadata.state_files.iter().map(|f| &f.file_name);
+        for name in files.chain(metadata.coordinator_states.iter().map(|c| &c.file_name)) {
+            let path = dir.join(name);
             if !path.is_file() {
                 return Err(StorageError::Missing { path });
             }
@@ -319,25 +339,35 @@ fn load_sync(
     metadata
         .check()
         .map_err(|reason| corrupt(&meta_path, Corruption::Inconsistent(reason)))?;
-    let mut states = BTreeMap::new();
-    for f in &metadata.state_files {
-        let path = dir.join(&f.file_name);
+    let read = |file_name: &str, length: u64, crc32: u32| {
+        let path = dir.join(file_name);
         let (header, payload) = sfs::read_framed(&path, FileKind::State)?;
-        if header.len != f.length || header.crc32 != f.crc32 {
+        if header.len != length || header.crc32 != crc32 {
             let describe = |len: u64, crc: u32| format!("{len} bytes with crc32 {crc:#010x}");
             return Err(corrupt(
                 &path,
                 Corruption::MetadataMismatch {
-                    expected: describe(f.length, f.crc32),
+                    expected: describe(length, crc32),
                     found: describe(header.len, header.crc32),
                 },
             ));
         }
+        Ok(payload)
+    };
+    let mut states = BTreeMap::new();
+    for f in &metadata.state_files {
+        let payload = read(&f.file_name, f.length, f.crc32)?;
         states.insert((f.node, f.subtask), payload);
+    }
+    let mut coordinator_states = BTreeMap::new();
+    for c in &metadata.coordinator_states {
+        let payload = read(&c.file_name, c.length, c.crc32)?;
+        coordinator_states.insert(c.node, payload);
     }
     Ok(RestoredCheckpoint {
         location: dir.to_path_buf(),
         metadata,
         states,
+        coordinator_states,
     })
 }

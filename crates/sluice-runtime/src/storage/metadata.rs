@@ -34,6 +34,21 @@ pub struct StateFileHandle {
     pub crc32: u32,
 }
 
+/// The stored state of one operator's coordinator, as
+/// [`write_coordinator_state`](super::CheckpointStorage::write_coordinator_state) returns it and the
+/// metadata lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoordinatorStateHandle {
+    /// The operator whose coordinator it is.
+    pub node: NodeId,
+    /// The file's name inside the checkpoint directory.
+    pub file_name: String,
+    /// The payload's length in bytes.
+    pub length: u64,
+    /// The payload's CRC32.
+    pub crc32: u32,
+}
+
 /// The metadata of a completed checkpoint, written last: a checkpoint without it is incomplete.
 ///
 /// ```
@@ -46,6 +61,7 @@ pub struct StateFileHandle {
 ///     timestamp_ms: 1_700_000_000_000,
 ///     operators: vec![OperatorInfo { node: NodeId(0), parallelism: 2, max_parallelism: 128 }],
 ///     state_files: vec![],
+///     coordinator_states: vec![],
 /// };
 /// assert!(meta.check().is_ok());
 /// ```
@@ -61,12 +77,15 @@ pub struct CheckpointMetadata {
     pub operators: Vec<OperatorInfo>,
     /// Every state file of the checkpoint.
     pub state_files: Vec<StateFileHandle>,
+    /// The state of every operator coordinator, in a section of its own.
+    pub coordinator_states: Vec<CoordinatorStateHandle>,
 }
 
 impl CheckpointMetadata {
     /// Checks that the metadata does not contradict itself: operators listed once, every state
-    /// file of a listed operator and of one of its subtasks, one file per subtask, and file names
-    /// that stay inside the checkpoint directory. Returns what is wrong.
+    /// file of a listed operator and of one of its subtasks, one file per subtask, at most one
+    /// coordinator state per listed operator, and file names that stay inside the checkpoint
+    /// directory. Returns what is wrong.
     pub fn check(&self) -> Result<(), String> {
         let mut operators = BTreeMap::new();
         for op in &self.operators {
@@ -102,6 +121,24 @@ impl CheckpointMetadata {
                 ));
             }
         }
+        let mut coordinators = BTreeSet::new();
+        for c in &self.coordinator_states {
+            if !operators.contains_key(&c.node) {
+                return Err(format!(
+                    "coordinator state {:?} belongs to unknown operator {}",
+                    c.file_name, c.node
+                ));
+            }
+            if !coordinators.insert(c.node) {
+                return Err(format!("operator {} has two coordinator states", c.node));
+            }
+            if !is_plain_file_name(&c.file_name) || !names.insert(c.file_name.as_str()) {
+                return Err(format!(
+                    "coordinator state file name {:?} is not a unique plain file name",
+                    c.file_name
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -117,6 +154,7 @@ pub struct RestoredCheckpoint {
     pub(crate) location: PathBuf,
     pub(crate) metadata: CheckpointMetadata,
     pub(crate) states: BTreeMap<(NodeId, SubtaskIndex), Vec<u8>>,
+    pub(crate) coordinator_states: BTreeMap<NodeId, Vec<u8>>,
 }
 
 impl RestoredCheckpoint {
@@ -140,9 +178,20 @@ impl RestoredCheckpoint {
         self.states.get(&(node, subtask)).map(Vec::as_slice)
     }
 
-    /// Every state payload by operator and subtask.
-    pub fn into_states(self) -> BTreeMap<(NodeId, SubtaskIndex), Vec<u8>> {
-        self.states
+    /// The state payload of one operator's coordinator, if the checkpoint has one.
+    pub fn coordinator_state(&self, node: NodeId) -> Option<&[u8]> {
+        self.coordinator_states.get(&node).map(Vec::as_slice)
+    }
+
+    /// Every state payload by operator and subtask, and every coordinator state by operator.
+    #[allow(clippy::type_complexity)]
+    pub fn into_states(
+        self,
+    ) -> (
+        BTreeMap<(NodeId, SubtaskIndex), Vec<u8>>,
+        BTreeMap<NodeId, Vec<u8>>,
+    ) {
+        (self.states, self.coordinator_states)
     }
 }
 

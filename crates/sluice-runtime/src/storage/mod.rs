@@ -15,6 +15,7 @@
 //! ```text
 //! <base>/chk-7/node-0.subtask-0.state   20-byte header (magic, version, length, CRC32) + payload
 //! <base>/chk-7/node-0.subtask-1.state
+//! <base>/chk-7/node-2.coordinator.state  the state of operator 2's coordinator
 //! <base>/chk-7/_metadata                same header + the postcard-encoded metadata
 //! ```
 //!
@@ -46,6 +47,7 @@
 //!         timestamp_ms: 1_700_000_000_000,
 //!         operators: vec![OperatorInfo { node: NodeId(0), parallelism: 1, max_parallelism: 128 }],
 //!         state_files: vec![file],
+//!         coordinator_states: vec![],
 //!     };
 //!     storage.complete(metadata).await.unwrap();
 //!
@@ -68,8 +70,8 @@ mod tests;
 pub use error::{Corruption, StorageError};
 pub use local::{LocalCheckpointStorage, validate_directory};
 pub use metadata::{
-    CheckpointMetadata, OperatorInfo, RestoreOutcome, RestoredCheckpoint, SkippedCheckpoint,
-    StateFileHandle,
+    CheckpointMetadata, CoordinatorStateHandle, OperatorInfo, RestoreOutcome, RestoredCheckpoint,
+    SkippedCheckpoint, StateFileHandle,
 };
 
 use futures::future::BoxFuture;
@@ -103,6 +105,15 @@ pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
         subtask: SubtaskIndex,
         payload: Vec<u8>,
     ) -> BoxFuture<'_, Result<StateFileHandle, StorageError>>;
+
+    /// Stores the state of the coordinator of operator `node` for checkpoint `id` and returns the
+    /// handle to list in the metadata's coordinator section. Refused once `id` is complete.
+    fn write_coordinator_state(
+        &self,
+        id: CheckpointId,
+        node: NodeId,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<CoordinatorStateHandle, StorageError>>;
 
     /// Completes a checkpoint: checks the metadata, makes the state files durable, writes the
     /// metadata last and atomically, then removes the completed checkpoints beyond the retained

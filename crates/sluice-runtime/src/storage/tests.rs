@@ -57,6 +57,7 @@ async fn checkpoint(s: &LocalCheckpointStorage, id: u64) -> CheckpointMetadata {
         timestamp_ms: 1_000 + id,
         operators: operators(),
         state_files: files,
+        coordinator_states: vec![],
     };
     s.complete(metadata.clone()).await.unwrap();
     metadata
@@ -113,7 +114,7 @@ async fn round_trip_returns_every_payload_and_the_metadata() {
         );
     }
     assert_eq!(r.state(NodeId(3), 1), None);
-    assert_eq!(r.clone().into_states().len(), 3);
+    assert_eq!(r.clone().into_states().0.len(), 3);
 
     // The same checkpoint by id and by directory.
     assert_eq!(s.load(CheckpointId(1), FP).await.unwrap(), r);
@@ -142,6 +143,7 @@ async fn empty_payloads_and_empty_checkpoints_round_trip() {
         timestamp_ms: 0,
         operators: ops.clone(),
         state_files,
+        coordinator_states: vec![],
     };
     s.complete(meta(id, vec![f])).await.unwrap();
     let r = s.load(id, FP).await.unwrap();
@@ -150,7 +152,7 @@ async fn empty_payloads_and_empty_checkpoints_round_trip() {
     s.complete(meta(CheckpointId(2), vec![])).await.unwrap();
     let r = s.latest_valid(FP).await.unwrap().restored.unwrap();
     assert_eq!(r.id(), CheckpointId(2));
-    assert!(r.into_states().is_empty());
+    assert!(r.into_states().0.is_empty());
 }
 
 #[tokio::test]
@@ -397,6 +399,7 @@ async fn retention_keeps_exactly_k_completed_checkpoints() {
             timestamp_ms: 7,
             operators: operators(),
             state_files: vec![f],
+            coordinator_states: vec![],
         })
         .await
         .unwrap();
@@ -538,6 +541,7 @@ async fn complete_rejects_metadata_that_contradicts_itself_or_the_files() {
         timestamp_ms: 0,
         operators: operators(),
         state_files: vec![f.clone()],
+        coordinator_states: vec![],
     };
     // Subtask 5 of an operator with parallelism 2.
     let err = s.complete(meta.clone()).await.unwrap_err();
@@ -553,6 +557,7 @@ async fn complete_rejects_metadata_that_contradicts_itself_or_the_files() {
     let err = s
         .complete(CheckpointMetadata {
             state_files: vec![ghost],
+            coordinator_states: vec![],
             ..meta
         })
         .await

@@ -55,7 +55,7 @@ pub(crate) trait ChainStage<In>: Send {
         out: &mut TaskSnapshot,
     ) -> Result<(), TaskError>;
     /// Tells every operator that checkpoint `id` completed (`complete`) or was aborted.
-    fn notify_checkpoint(&mut self, id: u64, complete: bool) -> Result<(), TaskError>;
+    fn notify_checkpoint(&mut self, id: CheckpointId, complete: bool) -> Result<(), TaskError>;
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -277,8 +277,8 @@ impl<In: Data, Op: Operator<In>> ChainStage<In> for OperatorStage<In, Op> {
         self.next.checkpoint(barrier, out)
     }
 
-    fn notify_checkpoint(&mut self, id: u64, complete: bool) -> Result<(), TaskError> {
-        let cid = CheckpointId(id);
+    fn notify_checkpoint(&mut self, id: CheckpointId, complete: bool) -> Result<(), TaskError> {
+        let cid = id;
         if complete {
             self.guarded("notify_checkpoint_complete", |op, _| {
                 op.notify_checkpoint_complete(cid)
@@ -340,7 +340,7 @@ impl<T: Data> ChainStage<T> for NullStage {
     ) -> Result<(), TaskError> {
         Ok(())
     }
-    fn notify_checkpoint(&mut self, _id: u64, _complete: bool) -> Result<(), TaskError> {
+    fn notify_checkpoint(&mut self, _id: CheckpointId, _complete: bool) -> Result<(), TaskError> {
         Ok(())
     }
 }
@@ -460,7 +460,7 @@ impl<T: Data> ChainStage<T> for TeeStage<T> {
             .iter_mut()
             .try_for_each(|n| n.checkpoint(barrier, out))
     }
-    fn notify_checkpoint(&mut self, id: u64, complete: bool) -> Result<(), TaskError> {
+    fn notify_checkpoint(&mut self, id: CheckpointId, complete: bool) -> Result<(), TaskError> {
         self.nexts
             .iter_mut()
             .try_for_each(|n| n.notify_checkpoint(id, complete))

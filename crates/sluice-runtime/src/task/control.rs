@@ -5,8 +5,8 @@
 //! always make progress and keep reading its mailbox (which is what lets the master's sends
 //! complete).
 
-use crate::state::OperatorState;
-use sluice_core::{CheckpointBarrier, NodeId, OperatorEvent, SubtaskIndex};
+use crate::checkpoint::SubtaskState;
+use sluice_core::{CheckpointBarrier, CheckpointId, NodeId, OperatorEvent};
 use tokio::sync::mpsc;
 
 /// A message from the job master to one task.
@@ -16,20 +16,28 @@ pub(crate) enum TaskControl {
     /// input snapshots directly.
     TriggerCheckpoint(CheckpointBarrier),
     /// A checkpoint completed everywhere.
-    NotifyComplete(u64),
+    NotifyComplete(CheckpointId),
     /// A checkpoint was aborted.
-    NotifyAborted(u64),
+    NotifyAborted(CheckpointId),
     /// An event from an operator coordinator to the operator `target` of this task's chain.
     OperatorEvent {
         target: NodeId,
         event: OperatorEvent,
     },
-    /// The final checkpoint completed: the task may end.
+    /// The final checkpoint completed, or the job stops after a savepoint: the task ends now,
+    /// without ending its input.
     Finish,
 }
 
 /// The state one task snapshotted: one entry per operator of its chain (and its source).
-pub(crate) type TaskSnapshot = Vec<(NodeId, SubtaskIndex, OperatorState)>;
+pub(crate) type TaskSnapshot = Vec<SubtaskState>;
+
+/// Why a task declined a checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum DeclineReason {
+    /// A newer checkpoint's barrier overtook it during alignment.
+    Subsumed,
+}
 
 /// A report from a task to the job master.
 #[derive(Debug)]
@@ -37,14 +45,14 @@ pub(crate) enum TaskReport {
     /// The task took checkpoint `checkpoint`.
     Ack {
         task: usize,
-        checkpoint: u64,
+        checkpoint: CheckpointId,
         states: TaskSnapshot,
     },
     /// The task could not take checkpoint `checkpoint`.
     Decline {
         task: usize,
-        checkpoint: u64,
-        reason: String,
+        checkpoint: CheckpointId,
+        reason: DeclineReason,
     },
     /// The task's input ended and its operators drained.
     FinishedInput { task: usize },

@@ -6,7 +6,8 @@ use crate::operator::OperatorContext;
 use crate::state::OperatorState;
 use crate::task::chain::failure;
 use sluice_core::{
-    CheckpointBarrier, NodeId, SubtaskIndex, UserError, Watermark, WatermarkStatus, panic_message,
+    CheckpointBarrier, CheckpointId, NodeId, SubtaskIndex, UserError, Watermark, WatermarkStatus,
+    panic_message,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -21,7 +22,7 @@ pub(crate) enum InputEvent<T> {
     /// Barrier alignment finished: snapshot now.
     Barrier(CheckpointBarrier),
     /// A newer barrier overtook this checkpoint before it aligned: decline it.
-    Abandoned(u64),
+    Abandoned(CheckpointId),
     End,
 }
 
@@ -40,7 +41,7 @@ pub(crate) trait TaskInput<T>: Send {
     }
 
     /// A checkpoint was aborted: stop aligning it.
-    fn abort_checkpoint(&mut self, id: u64) {
+    fn abort_checkpoint(&mut self, id: CheckpointId) {
         let _ = id;
     }
 }

@@ -11,9 +11,9 @@
 use crate::error::TaskError;
 use crate::metrics::OperatorMetrics;
 use crate::task::chain::ChainStage;
-use crate::task::control::{TaskControl, TaskMailbox, TaskReport};
+use crate::task::control::{DeclineReason, TaskControl, TaskMailbox, TaskReport};
 use crate::task::input::{InputEvent, TaskInput};
-use sluice_core::CheckpointBarrier;
+use sluice_core::{CheckpointBarrier, CheckpointId};
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -39,7 +39,7 @@ pub(crate) struct Task<T> {
     metrics: Vec<Arc<OperatorMetrics>>,
     mailbox: TaskMailbox,
     phase: Phase,
-    last_checkpoint: u64,
+    last_checkpoint: CheckpointId,
     deferred_trigger: Option<CheckpointBarrier>,
     backpressured_since: Option<Instant>,
 }
@@ -62,7 +62,7 @@ impl<T: Send + 'static> Task<T> {
             metrics,
             mailbox,
             phase: Phase::Running,
-            last_checkpoint: 0,
+            last_checkpoint: CheckpointId(0),
             deferred_trigger: None,
             backpressured_since: None,
         }
@@ -114,7 +114,7 @@ impl<T: Send + 'static> Task<T> {
 
     /// Snapshots the source (if any) and every operator, forwards the barrier, acknowledges.
     fn take_checkpoint(&mut self, barrier: CheckpointBarrier) -> Result<(), TaskError> {
-        let id = barrier.id.0;
+        let id = barrier.id;
         if id <= self.last_checkpoint {
             return Ok(());
         }
@@ -220,7 +220,7 @@ impl<T: Send + 'static> Task<T> {
                 Poll::Ready(Ok(InputEvent::Abandoned(id))) => self.report(TaskReport::Decline {
                     task: self.mailbox.task,
                     checkpoint: id,
-                    reason: "a newer checkpoint's barrier overtook it during alignment".into(),
+                    reason: DeclineReason::Subsumed,
                 })?,
                 Poll::Ready(Ok(InputEvent::End)) => self.phase = Phase::Finishing,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),

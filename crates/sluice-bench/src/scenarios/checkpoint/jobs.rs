@@ -263,7 +263,9 @@ pub async fn drive(
         tokio::time::sleep(pause).await;
         let before = *completed.borrow_and_update();
         let start = Instant::now();
-        handle.trigger_checkpoint();
+        if let Err(e) = handle.trigger_checkpoint().await {
+            bail!("could not trigger a checkpoint: {e}");
+        }
         let id = tokio::select! {
             done = completed.wait_for(|c| *c > before) => done.map(|c| *c).ok(),
             ended = &mut handle => bail!("the job ended while checkpointing: {ended:?}"),

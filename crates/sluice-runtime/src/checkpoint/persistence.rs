@@ -1,10 +1,8 @@
-//! Checkpointing as the job master runs it: the completed checkpoints it keeps, the seam to
-//! durable storage, and loading a checkpoint to restore from.
+//! Checkpoints and durable storage: the seam the job master writes completed checkpoints
+//! through, and loading a checkpoint to restore from.
 
-use crate::checkpoint::CheckpointSettings;
+use super::{CheckpointSettings, CompletedCheckpoint};
 use crate::error::JobError;
-use crate::graph::{NodeKind, StreamGraph};
-use crate::job::deploy::RestoreState;
 use crate::state::OperatorState;
 use crate::storage::{
     CheckpointMetadata, CheckpointStorage, LocalCheckpointStorage, OperatorInfo,
@@ -13,40 +11,15 @@ use crate::storage::{
 use futures::future::BoxFuture;
 use sluice_core::{CheckpointId, NodeId, codec};
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// A checkpoint every task acknowledged, ready to be made durable.
-#[derive(Clone, Debug)]
-pub(crate) struct CompletedCheckpoint {
-    pub(crate) id: u64,
-    pub(crate) timestamp_ms: u64,
-    /// Per operator, one state per subtask, in subtask order.
-    pub(crate) operators: Arc<BTreeMap<NodeId, Vec<OperatorState>>>,
-    /// Per operator with a coordinator, the coordinator's state.
-    pub(crate) coordinators: Arc<BTreeMap<NodeId, Vec<u8>>>,
-}
-
-impl CompletedCheckpoint {
-    pub(crate) fn restore_state(&self) -> RestoreState {
-        RestoreState {
-            checkpoint_id: self.id,
-            operators: self.operators.clone(),
-            coordinators: self.coordinators.clone(),
-        }
-    }
-}
-
-/// Coordinator states are stored as one-subtask pseudo operators with ids from here on.
-const COORDINATOR_NODE_BASE: usize = usize::MAX / 2;
 
 /// Where completed checkpoints are written; the master awaits it off the task loops.
 pub(crate) trait Persistence: Send + Sync + 'static {
     /// Writes `checkpoint` durably (state files first, metadata last).
     fn persist(&self, checkpoint: CompletedCheckpoint) -> BoxFuture<'_, Result<(), String>>;
     /// Removes what was written of an aborted checkpoint.
-    fn discard(&self, id: u64) -> BoxFuture<'_, ()>;
+    fn discard(&self, id: CheckpointId) -> BoxFuture<'_, ()>;
 }
 
 /// Writes checkpoints to a [`CheckpointStorage`].
@@ -59,7 +32,7 @@ pub(crate) struct StoragePersistence {
 impl Persistence for StoragePersistence {
     fn persist(&self, cp: CompletedCheckpoint) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            let id = CheckpointId(cp.id);
+            let id = cp.id;
             let mut operators = Vec::new();
             // One write per operator subtask (and per coordinator), all in flight at once: each
             // encodes its state on the blocking pool (large states would stall a tokio worker)
@@ -91,29 +64,27 @@ impl Persistence for StoragePersistence {
                         as BoxFuture<'static, Result<StateFileHandle, String>>);
                 }
             }
-            for (&node, state) in cp.coordinators.iter() {
-                let state = state.clone();
-                let pseudo = NodeId(COORDINATOR_NODE_BASE + node.0);
-                operators.push(OperatorInfo {
-                    node: pseudo,
-                    parallelism: 1,
-                    max_parallelism: self.max_parallelism,
-                });
-                let storage = self.storage.clone();
-                writes.push(Box::pin(async move {
+            let coordinator_writes = cp.coordinators.iter().map(|(&node, state)| {
+                let (storage, state) = (self.storage.clone(), state.clone());
+                async move {
                     storage
-                        .write_state(id, pseudo, 0, state)
+                        .write_coordinator_state(id, node, state)
                         .await
                         .map_err(|e| e.to_string())
-                }));
-            }
-            let files = futures::future::try_join_all(writes).await?;
+                }
+            });
+            let (files, coordinator_states) = futures::future::try_join(
+                futures::future::try_join_all(writes),
+                futures::future::try_join_all(coordinator_writes),
+            )
+            .await?;
             let metadata = CheckpointMetadata {
                 job_fingerprint: self.fingerprint.clone(),
                 checkpoint_id: id,
                 timestamp_ms: cp.timestamp_ms,
                 operators,
                 state_files: files,
+                coordinator_states,
             };
             let removed = self
                 .storage
@@ -127,10 +98,10 @@ impl Persistence for StoragePersistence {
         })
     }
 
-    fn discard(&self, id: u64) -> BoxFuture<'_, ()> {
+    fn discard(&self, id: CheckpointId) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            if let Err(e) = self.storage.discard(CheckpointId(id)).await {
-                tracing::warn!(checkpoint = id, error = %e, "could not remove an aborted checkpoint");
+            if let Err(e) = self.storage.discard(id).await {
+                tracing::warn!(checkpoint = %id, error = %e, "could not remove an aborted checkpoint");
             }
         })
     }
@@ -144,36 +115,14 @@ pub(crate) struct CheckpointRun {
     pub(crate) storage: Arc<dyn CheckpointStorage>,
 }
 
-/// A string that changes when the job graph changes shape: operators (name, kind, sink or not),
-/// and edges (endpoints and partitioning). A checkpoint of one graph does not restore into
-/// another.
-pub(crate) fn fingerprint(graph: &StreamGraph) -> String {
-    let mut s = String::from("sluice-graph-v1;");
-    for n in &graph.nodes {
-        let kind = match n.kind {
-            NodeKind::Source(_) => "source",
-            NodeKind::Operator(_) if n.is_sink => "sink",
-            NodeKind::Operator(_) => "operator",
-        };
-        let _ = write!(s, "n{}:{}:{};", n.id.0, kind, n.name);
-    }
-    for e in &graph.edges {
-        let _ = write!(s, "e{}>{}:{};", e.from.0, e.to.0, e.partitioning);
-    }
-    s
-}
-
 /// Turns a verified checkpoint read from storage into the state to restore.
-pub(crate) fn decode_restored(cp: RestoredCheckpoint) -> Result<RestoreState, JobError> {
-    let id = cp.id().0;
+pub(crate) fn decode_restored(cp: RestoredCheckpoint) -> Result<CompletedCheckpoint, JobError> {
+    let id = cp.id();
+    let timestamp_ms = cp.metadata().timestamp_ms;
     let location = cp.location().display().to_string();
     let mut operators: BTreeMap<NodeId, Vec<OperatorState>> = BTreeMap::new();
-    let mut coordinators = BTreeMap::new();
-    for ((node, _subtask), bytes) in cp.into_states() {
-        if node.0 >= COORDINATOR_NODE_BASE {
-            coordinators.insert(NodeId(node.0 - COORDINATOR_NODE_BASE), bytes);
-            continue;
-        }
+    let (states, coordinators) = cp.into_states();
+    for ((node, _subtask), bytes) in states {
         let state: OperatorState = codec::decode(&bytes).map_err(|e| {
             JobError::InvalidJob(format!(
                 "checkpoint {id} in {location}: the state of operator {node} cannot be decoded: {e}"
@@ -181,8 +130,9 @@ pub(crate) fn decode_restored(cp: RestoredCheckpoint) -> Result<RestoreState, Jo
         })?;
         operators.entry(node).or_default().push(state);
     }
-    Ok(RestoreState {
-        checkpoint_id: id,
+    Ok(CompletedCheckpoint {
+        id,
+        timestamp_ms,
         operators: Arc::new(operators),
         coordinators: Arc::new(coordinators),
     })
@@ -191,7 +141,10 @@ pub(crate) fn decode_restored(cp: RestoredCheckpoint) -> Result<RestoreState, Jo
 /// Loads the checkpoint to restore from `path`: a `chk-N` directory (exactly that checkpoint, no
 /// fallback), or a checkpoint storage directory (its newest valid checkpoint, skipping damaged
 /// ones with a warning naming the bad file).
-pub(crate) async fn load_restore(path: &Path, fingerprint: &str) -> Result<RestoreState, JobError> {
+pub(crate) async fn load_restore(
+    path: &Path,
+    fingerprint: &str,
+) -> Result<CompletedCheckpoint, JobError> {
     let invalid = |e: crate::storage::StorageError| {
         JobError::InvalidJob(format!("cannot restore from {}: {e}", path.display()))
     };
