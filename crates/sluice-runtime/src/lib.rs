@@ -7,7 +7,19 @@
 //! - [`exchange`]: channels, batches and partitioners between tasks;
 //! - [`watermark`]: watermark strategies and the per-task watermark valve;
 //! - [`job`]: planning, deployment, the job master, [`JobHandle`] and [`JobResult`];
-//! - [`metrics`]: per operator subtask counters.
+//! - [`metrics`]: per operator subtask counters;
+//! - `testing` (with the `testing` feature): fault injection and test operators.
+//!
+//! # Features
+//!
+//! - `testing` (off by default): compiles the `testing` module, the utilities for tests of jobs
+//!   and operators (`FailureInjector`, `KeyedCounter`, `SplitMix64`). Like tokio's
+//!   `test-util`, enable it only where tests need it:
+//!
+//!   ```toml
+//!   [dev-dependencies]
+//!   sluice-runtime = { version = "0.1", features = ["testing"] }
+//!   ```
 //!
 //! ```
 //! use sluice_runtime::prelude::*;
@@ -30,6 +42,7 @@ pub mod operator;
 pub mod state;
 pub mod storage;
 mod task;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod watermark;
 

@@ -3,6 +3,17 @@
 //! This facade re-exports the public API of the workspace's crates. Most programs need only the
 //! [`prelude`].
 //!
+//! # Features
+//!
+//! - `testing` (off by default): forwards `sluice-runtime/testing` and so makes `sluice::testing`
+//!   available (fault injectors and test operators for tests of jobs). Enable it from
+//!   `[dev-dependencies]`:
+//!
+//!   ```toml
+//!   [dev-dependencies]
+//!   sluice = { version = "0.1", features = ["testing"] }
+//!   ```
+//!
 //! ```
 //! use sluice::prelude::*;
 //!
@@ -20,6 +31,8 @@ pub use sluice_coordinator as coordinator;
 pub use sluice_core as core;
 pub use sluice_runtime as runtime;
 pub use sluice_runtime::*;
+#[cfg(feature = "testing")]
+pub use sluice_runtime::testing;
 
 /// Everything a job definition usually needs.
 pub mod prelude {
