@@ -312,6 +312,60 @@ fn checkpoint_configuration_errors_name_the_bad_value() {
     );
 }
 
+#[test]
+fn an_empty_checkpoint_storage_path_is_refused_at_submit() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let env = StreamEnvironment::new();
+    env.enable_checkpointing(Duration::from_millis(10));
+    env.set_checkpoint_storage("");
+    env.from_iter(0u64..10).discard();
+    let err = env
+        .submit("empty path")
+        .err()
+        .expect("an empty checkpoint storage path must be refused");
+    assert!(
+        matches!(err, JobError::InvalidJob(_)) && err.to_string().contains("\"\""),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restoring_from_a_path_that_does_not_exist_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-checkpoints");
+    let env = StreamEnvironment::new();
+    env.restore_from(&missing);
+    env.from_iter(0u64..10).discard();
+    let err = env.execute("missing").await.unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("{} does not exist", missing.display())),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restoring_a_checkpoint_directory_without_metadata_names_the_missing_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chk = tmp.path().join("chk-7");
+    std::fs::create_dir(&chk).unwrap();
+    std::fs::write(chk.join("node-0.subtask-0.state"), b"partial").unwrap();
+    let env = StreamEnvironment::new();
+    env.restore_from(&chk);
+    env.from_iter(0u64..10).discard();
+    let err = env.execute("no metadata").await.unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains(&chk.join("_metadata").display().to_string()),
+        "{message}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_job_keeps_its_graph_so_it_can_be_fixed_and_submitted_again() {
     let env = StreamEnvironment::new();

@@ -30,9 +30,9 @@ pub use sluice_connectors as connectors;
 pub use sluice_coordinator as coordinator;
 pub use sluice_core as core;
 pub use sluice_runtime as runtime;
-pub use sluice_runtime::*;
 #[cfg(feature = "testing")]
 pub use sluice_runtime::testing;
+pub use sluice_runtime::*;
 
 /// Everything a job definition usually needs.
 pub mod prelude {

@@ -7,8 +7,8 @@ use crate::graph::{NodeKind, StreamGraph};
 use crate::job::deploy::RestoreState;
 use crate::state::OperatorState;
 use crate::storage::{
-    CheckpointMetadata, CheckpointStorage, LocalCheckpointStorage, OperatorInfo,
-    RestoredCheckpoint, StateFileHandle,
+    CheckpointMetadata, CheckpointStorage, LocalCheckpointStorage, OperatorInfo, RestorePathKind,
+    RestoredCheckpoint, StateFileHandle, restore_path_kind,
 };
 use futures::future::BoxFuture;
 use sluice_core::{CheckpointId, NodeId, codec};
@@ -195,7 +195,7 @@ pub(crate) async fn load_restore(path: &Path, fingerprint: &str) -> Result<Resto
     let invalid = |e: crate::storage::StorageError| {
         JobError::InvalidJob(format!("cannot restore from {}: {e}", path.display()))
     };
-    if path.join("_metadata").exists() {
+    if restore_path_kind(path).map_err(invalid)? == RestorePathKind::Checkpoint {
         let cp = LocalCheckpointStorage::load_dir(path.to_path_buf(), fingerprint)
             .await
             .map_err(invalid)?;
