@@ -5,6 +5,7 @@
 //! - [`api`]: [`StreamEnvironment`], [`DataStream`], [`KeyedStream`], sources and sinks;
 //! - [`operator`]: the [`Operator`] trait every transformation implements;
 //! - [`exchange`]: channels, batches and partitioners between tasks;
+//! - [`key_groups`]: how keys map to key groups and key groups to subtasks;
 //! - [`watermark`]: watermark strategies and the per-task watermark valve;
 //! - [`job`]: planning, deployment, the job master, [`JobHandle`] and [`JobResult`];
 //! - [`metrics`]: per operator subtask counters;
@@ -37,6 +38,7 @@ pub mod exchange;
 pub mod failover;
 mod graph;
 pub mod job;
+pub mod key_groups;
 pub mod metrics;
 pub mod operator;
 pub mod state;
@@ -51,14 +53,11 @@ pub use api::{CollectHandle, DataStream, Generator, KeyedStream, Sink, StreamEnv
 pub use error::{JobError, TaskFailure};
 pub use exchange::partitioner::Partitioner;
 pub use graph::Partitioning;
-pub use job::{JobConfig, JobHandle, JobResult};
+pub use job::{DEFAULT_MAX_PARALLELISM, JobConfig, JobHandle, JobResult};
 pub use metrics::{JobMetrics, OperatorMetrics, OperatorTotals, SubtaskMetrics};
 pub use operator::{Collector, Operator, OperatorContext};
 pub use state::OperatorState;
 pub use watermark::{ValveOutput, WatermarkStrategy, WatermarkValve};
-
-/// The default number of key groups.
-pub const DEFAULT_MAX_PARALLELISM: usize = 128;
 
 /// Everything a job definition usually needs.
 pub mod prelude {

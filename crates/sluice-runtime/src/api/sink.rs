@@ -1,6 +1,7 @@
-//! Sinks: the [`Sink`] trait and the built-in collecting, printing and discarding sinks.
+//! Sinks: the [`Sink`] trait, the operator that drives one (`SinkOp`), and the built-in
+//! collecting, printing and discarding sinks.
 
-use crate::operator::OperatorContext;
+use crate::operator::{Collector, Operator, OperatorContext};
 use sluice_core::{CheckpointId, Data, UserError};
 use std::sync::{Arc, Mutex};
 
@@ -123,5 +124,36 @@ pub(crate) struct DiscardSink;
 impl<T: Data> Sink<T> for DiscardSink {
     fn write_batch(&mut self, _batch: Vec<T>) -> Result<(), UserError> {
         Ok(())
+    }
+}
+
+/// Adapts a [`Sink`] to the operator interface; it emits nothing.
+#[derive(Clone)]
+pub(crate) struct SinkOp<S>(pub S);
+
+impl<T: Data, S: Sink<T> + Clone> Operator<T> for SinkOp<S> {
+    type Out = ();
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.0.open(ctx)
+    }
+    #[inline]
+    fn process_batch(&mut self, batch: Vec<T>, _out: &mut Collector<()>) -> Result<(), UserError> {
+        self.0.write_batch(batch)
+    }
+    fn process_watermark(
+        &mut self,
+        _w: sluice_core::Watermark,
+        _out: &mut Collector<()>,
+    ) -> Result<(), UserError> {
+        Ok(())
+    }
+    fn end_input(&mut self, _out: &mut Collector<()>) -> Result<(), UserError> {
+        self.0.finish()
+    }
+    fn close(&mut self) -> Result<(), UserError> {
+        self.0.close()
+    }
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<(), UserError> {
+        self.0.notify_checkpoint_complete(checkpoint)
     }
 }

@@ -14,5 +14,5 @@ mod handle;
 pub(crate) mod master;
 pub(crate) mod plan;
 
-pub use config::JobConfig;
+pub use config::{DEFAULT_MAX_PARALLELISM, JobConfig};
 pub use handle::{JobHandle, JobResult};

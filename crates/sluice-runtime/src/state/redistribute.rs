@@ -1,7 +1,7 @@
 //! Handing the states of the old subtasks of an operator to its new subtasks at restore.
 
 use super::OperatorState;
-use crate::exchange::partitioner::subtask_for_key_group;
+use crate::key_groups::subtask_for_key_group;
 
 /// Splits the states written by `old.len()` subtasks among `new_parallelism` subtasks.
 ///
