@@ -57,7 +57,7 @@ pub use job::{DEFAULT_MAX_PARALLELISM, JobConfig, JobHandle, JobResult};
 pub use metrics::{JobMetrics, OperatorMetrics, OperatorTotals, SubtaskMetrics};
 pub use operator::{Collector, Operator, OperatorContext};
 pub use state::OperatorState;
-pub use watermark::{ValveOutput, WatermarkStrategy, WatermarkValve};
+pub use watermark::WatermarkStrategy;
 
 /// Everything a job definition usually needs.
 pub mod prelude {

@@ -293,3 +293,28 @@ impl Operator<u64> for KeyedCounter {
         Ok(())
     }
 }
+
+/// Deals the states snapshotted by the `old.len()` subtasks of an operator to `new_parallelism`
+/// new subtasks exactly as a restore does: at the same parallelism each subtask gets its own
+/// state back; otherwise list entries are cut into contiguous, even shares and keyed entries go
+/// to the subtask owning their key group (of `max_parallelism`).
+///
+/// ```
+/// use sluice_runtime::OperatorState;
+/// use sluice_runtime::testing::rescale_states;
+///
+/// let old = vec![
+///     OperatorState::from_entries(vec![vec![1], vec![2], vec![3]]),
+///     OperatorState::from_entries(vec![vec![4]]),
+/// ];
+/// let new = rescale_states(old, 3, 128);
+/// assert_eq!(new[0].entries(), &[vec![1], vec![2]]);
+/// assert_eq!(new[2].entries(), &[vec![4]]);
+/// ```
+pub fn rescale_states(
+    old: Vec<OperatorState>,
+    new_parallelism: usize,
+    max_parallelism: usize,
+) -> Vec<OperatorState> {
+    crate::state::redistribute(old, new_parallelism, max_parallelism)
+}
