@@ -1,5 +1,13 @@
-//! Test utilities: fault injection, a keyed counter with checkpointed state, and a seeded
-//! random number generator.
+//! Test utilities (compiled with the `testing` feature): fault injection, an operator test
+//! harness, a keyed counter with checkpointed state, and a seeded random number generator.
+//!
+//! - [`OperatorTestHarness`] (`harness.rs`): one operator driven by hand: batches, watermarks,
+//!   snapshots and restores (also at another parallelism), checkpoint notifications, end of
+//!   input and asynchronous pending work;
+//! - [`FailureInjector`]: a pass-through operator that fails on plan;
+//! - [`KeyedCounter`]: keyed counts in checkpointed state, exact under failures;
+//! - [`SplitMix64`]: a seeded random number generator; [`rescale_states`]: a restore's
+//!   redistribution of states.
 //!
 //! [`FailureInjector`] is an operator that passes records through unchanged and panics when its
 //! plan says so: at a record count of one subtask, with a seeded probability per batch, or while
@@ -21,6 +29,10 @@
 //! assert_eq!(err.task_failure().unwrap().subtask, 1);
 //! assert_eq!(fail.injected(), 1);
 //! ```
+
+mod harness;
+
+pub use harness::OperatorTestHarness;
 
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::state::{OperatorState, ValueState};
