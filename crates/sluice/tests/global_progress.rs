@@ -1,18 +1,28 @@
-//! The global-progress coordinator end to end: under random injected task failures its totals
-//! never count a record twice.
+//! The global-progress coordinator end to end: under random injected task failures, and under
+//! injected coordinator failures, the job recovers and its totals never count a record twice.
 
 #[path = "../examples/global_progress/progress.rs"]
 #[allow(dead_code)]
 mod progress;
 
 use progress::{GlobalProgress, Progress};
-use sluice::failover::RestartStrategy;
+use sluice::coordinator::{BaseCoordinator, CoordinatorProvider};
 use sluice::prelude::*;
-use sluice::testing::{FailureInjector, SplitMix64};
+use sluice::testing::{CoordinatorFault, CoordinatorFaultInjector, FailureInjector, SplitMix64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-async fn trial(seed: u64) -> (u32, usize) {
+/// Where the coordinator publishes its totals.
+type Log = Arc<Mutex<Vec<(u64, u64)>>>;
+
+/// Runs the progress job with random settings drawn from `seed`, `task_failures` injected task
+/// failures, and the coordinator `provider` makes from the log; checks the totals. Returns the
+/// restarts and the number of totals.
+async fn trial<P: CoordinatorProvider + 'static>(
+    seed: u64,
+    task_failures: u32,
+    provider: impl FnOnce(Log) -> P,
+) -> (u32, usize) {
     let mut rng = SplitMix64(seed);
     let p = rng.range(1, 4) as usize;
     let n = rng.range(5_000, 20_000);
@@ -24,12 +34,8 @@ async fn trial(seed: u64) -> (u32, usize) {
     env.set_restart_strategy(RestartStrategy::fixed_delay(20, Duration::ZERO).unwrap());
     let log = Arc::new(Mutex::new(Vec::new()));
     env.from_generator(Generator::new(|i| i).take(n).rate_limit(500_000.0))
-        .process(FailureInjector::seeded(0.01, seed).times(2))
-        .transform_with_coordinator(
-            "Progress",
-            Progress::default(),
-            GlobalProgress::provider(log.clone()),
-        )
+        .process(FailureInjector::seeded(0.01, seed).times(task_failures))
+        .transform_with_coordinator("Progress", Progress::default(), provider(log.clone()))
         .discard();
     let context = format!("seed {seed}: parallelism {p}, {n} records");
     let result = env
@@ -74,7 +80,7 @@ async fn trial(seed: u64) -> (u32, usize) {
 async fn global_progress_never_double_counts_under_random_failures() {
     let (mut restarts, mut totals) = (0, 0);
     for t in 0..12 {
-        let (r, n) = trial(0x9a0b_0000 + t).await;
+        let (r, n) = trial(0x9a0b_0000 + t, 2, GlobalProgress::provider).await;
         restarts += r;
         totals += n;
     }
@@ -83,4 +89,53 @@ async fn global_progress_never_double_counts_under_random_failures() {
         restarts >= 6,
         "only {restarts} restarts: the suite must exercise recovery"
     );
+}
+
+/// Every coordinator instance fails at its first event (there is always one: the final
+/// checkpoint's reports), `failures` times over the job; the job must restart exactly that often
+/// and still count every record once (checked by `trial`).
+async fn coordinator_fails_and_recovers(fault: CoordinatorFault, failures: u32, wrap_logic: bool) {
+    for seed in [0x5eed_0001, 0x5eed_0002] {
+        let faults = CoordinatorFaultInjector::at_event(1)
+            .fault(fault)
+            .times(failures);
+        let injector = faults.clone();
+        let (restarts, _) = if wrap_logic {
+            trial(seed, 0, move |log| {
+                BaseCoordinator::provider(move || {
+                    injector.wrap_logic(GlobalProgress::new(log.clone()))
+                })
+            })
+            .await
+        } else {
+            trial(seed, 0, move |log| {
+                injector.wrap(GlobalProgress::provider(log))
+            })
+            .await
+        };
+        assert_eq!(
+            faults.injected(),
+            failures,
+            "seed {seed:#x}: every planned failure fires"
+        );
+        assert_eq!(
+            restarts, failures,
+            "seed {seed:#x}: one restart per coordinator failure"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_returning_an_error_fails_over_and_the_job_recovers() {
+    coordinator_fails_and_recovers(CoordinatorFault::ReturnError, 2, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_failing_the_job_through_its_context_fails_over_and_recovers() {
+    coordinator_fails_and_recovers(CoordinatorFault::FailJob, 2, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_panicking_on_its_thread_fails_over_and_recovers() {
+    coordinator_fails_and_recovers(CoordinatorFault::Panic, 2, true).await;
 }

@@ -5,6 +5,8 @@
 //!   snapshots and restores (also at another parallelism), checkpoint notifications, end of
 //!   input and asynchronous pending work;
 //! - [`FailureInjector`]: a pass-through operator that fails on plan;
+//! - [`CoordinatorFaultInjector`] (`coordinator.rs`): operator coordinators that fail on plan
+//!   (an error, a job failure through the context's hook, or a panic on the coordinator thread);
 //! - [`KeyedCounter`]: keyed counts in checkpointed state, exact under failures;
 //! - [`SplitMix64`]: a seeded random number generator; [`rescale_states`]: a restore's
 //!   redistribution of states.
@@ -30,8 +32,10 @@
 //! assert_eq!(fail.injected(), 1);
 //! ```
 
+mod coordinator;
 mod harness;
 
+pub use coordinator::{CoordinatorFault, CoordinatorFaultInjector, FaultyLogic};
 pub use harness::OperatorTestHarness;
 
 use crate::operator::{Collector, Operator, OperatorContext};
