@@ -2,6 +2,7 @@
 //! collecting, printing and discarding sinks.
 
 use crate::operator::{Collector, Operator, OperatorContext};
+use sluice_core::sync::lock;
 use sluice_core::{CheckpointId, Data, UserError};
 use std::sync::{Arc, Mutex};
 
@@ -73,18 +74,12 @@ impl<T> CollectHandle<T> {
     /// Takes the records collected so far (in arrival order; across subtasks the order is
     /// arbitrary).
     pub fn take(&self) -> Vec<T> {
-        match self.0.lock() {
-            Ok(mut g) => std::mem::take(&mut *g),
-            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
-        }
+        std::mem::take(&mut *lock(&self.0))
     }
 
     /// How many records are collected.
     pub fn len(&self) -> usize {
-        match self.0.lock() {
-            Ok(g) => g.len(),
-            Err(poisoned) => poisoned.into_inner().len(),
-        }
+        lock(&self.0).len()
     }
 
     /// Whether nothing was collected.
