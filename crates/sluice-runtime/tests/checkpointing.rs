@@ -3,7 +3,7 @@
 
 use sluice_runtime::failover::RestartStrategy;
 use sluice_runtime::prelude::*;
-use sluice_runtime::testing::{FailureInjector, KeyedCounter};
+use sluice_runtime::testing::{FailureInjector, KeyedCounter, PassThrough};
 use sluice_runtime::{JobHandle, StreamEnvironment};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -132,34 +132,6 @@ async fn exhausted_restart_strategy_reports_the_attempts_and_the_cause() {
     assert_eq!(err.task_failure().map(|f| f.subtask), Some(0));
 }
 
-/// Passes records through, reporting how many went by and which checkpoints completed.
-#[derive(Clone)]
-struct Signal {
-    completed: Arc<watch::Sender<u64>>,
-    processed: Arc<watch::Sender<u64>>,
-}
-
-impl Operator<u64> for Signal {
-    type Out = u64;
-    fn process_batch(
-        &mut self,
-        batch: Vec<u64>,
-        out: &mut Collector<u64>,
-    ) -> Result<(), UserError> {
-        let n = batch.len() as u64;
-        out.emit_batch(batch);
-        self.processed.send_modify(|p| *p += n);
-        Ok(())
-    }
-    fn notify_checkpoint_complete(
-        &mut self,
-        c: sluice_core::CheckpointId,
-    ) -> Result<(), UserError> {
-        self.completed.send_replace(c.0);
-        Ok(())
-    }
-}
-
 const N: u64 = 60_000;
 const KEYS: u64 = 101;
 
@@ -181,10 +153,12 @@ fn build_with_source(
         .key_by(|k: &u64| *k)
         .transform(
             "Signals",
-            Signal {
-                completed: Arc::new(tx),
-                processed: Arc::new(processed_tx),
-            },
+            // Reports how many records went by and which checkpoints completed.
+            PassThrough::new()
+                .on_batch(move |_, n| processed_tx.send_modify(|p| *p += n as u64))
+                .on_checkpoint_complete(move |_, c| {
+                    tx.send_replace(c.0);
+                }),
         )
         .process(KeyedCounter::new())
         .collect();

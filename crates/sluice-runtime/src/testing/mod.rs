@@ -8,6 +8,8 @@
 //! - [`CoordinatorFaultInjector`] (`coordinator.rs`): operator coordinators that fail on plan
 //!   (an error, a job failure through the context's hook, or a panic on the coordinator thread);
 //! - [`KeyedCounter`]: keyed counts in checkpointed state, exact under failures;
+//! - [`PassThrough`] (`pass_through.rs`): a pass-through operator whose hooks signal batches,
+//!   snapshots and completed checkpoints, to watch a running job;
 //! - [`SplitMix64`]: a seeded random number generator; [`rescale_states`]: a restore's
 //!   redistribution of states.
 //!
@@ -34,9 +36,11 @@
 
 mod coordinator;
 mod harness;
+mod pass_through;
 
 pub use coordinator::{CoordinatorFault, CoordinatorFaultInjector, FaultyLogic};
 pub use harness::OperatorTestHarness;
+pub use pass_through::PassThrough;
 
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::state::{OperatorState, ValueState};
