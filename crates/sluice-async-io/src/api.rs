@@ -199,8 +199,21 @@ where
 /// )
 /// .unwrap()
 /// .collect();
+/// // The same key order as the builder's `key_ordered`: per key, results keep input order.
+/// let by_parity = AsyncDataStream::key_ordered_wait(
+///     &env.from_iter(0u64..10),
+///     |x: &u64| x % 2,
+///     async_fn(|x: u64| async move { Ok([x]) }),
+///     Duration::from_secs(1),
+///     4,
+/// )
+/// .unwrap()
+/// .collect();
 /// env.execute_blocking("squares").unwrap();
 /// assert_eq!(squares.take(), (0u64..10).map(|x| x * x).collect::<Vec<_>>());
+/// let by_parity = by_parity.take();
+/// let evens: Vec<u64> = by_parity.iter().copied().filter(|x| x % 2 == 0).collect();
+/// assert_eq!(evens, vec![0, 2, 4, 6, 8]);
 ///
 /// let bad = AsyncDataStream::unordered_wait(
 ///     &env.from_iter(0u64..10),
@@ -288,7 +301,7 @@ impl AsyncDataStream {
     }
 
     /// Results of the same key (by `key_fn`) in input order; different keys overtake each other.
-    pub fn keyed_ordered_wait<In, F, K, KF>(
+    pub fn key_ordered_wait<In, F, K, KF>(
         stream: &DataStream<In>,
         key_fn: KF,
         func: F,

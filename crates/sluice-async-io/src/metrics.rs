@@ -6,6 +6,7 @@
 //! after it ended. The operator counts in plain local variables and publishes them to the shared
 //! atomics once per batch of work, never per record.
 
+use sluice_core::sync::lock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -230,7 +231,7 @@ impl AsyncMetrics {
     /// Registers (or replaces) the counters of `subtask`.
     pub(crate) fn register(&self, subtask: usize) -> Arc<SubtaskCounters> {
         let counters = Arc::new(SubtaskCounters::new(subtask));
-        let mut all = self.subtasks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = lock(&self.subtasks);
         all.retain(|c| c.subtask != subtask);
         all.push(counters.clone());
         all.sort_by_key(|c| c.subtask);
@@ -239,7 +240,7 @@ impl AsyncMetrics {
 
     /// One snapshot per subtask that has opened, by subtask index.
     pub fn subtasks(&self) -> Vec<(usize, AsyncMetricsSnapshot)> {
-        let all = self.subtasks.lock().unwrap_or_else(|p| p.into_inner());
+        let all = lock(&self.subtasks);
         all.iter().map(|c| (c.subtask, c.read())).collect()
     }
 

@@ -7,41 +7,10 @@ use sluice_async_io::{AsyncRetryStrategy, AsyncWait, async_fn};
 use sluice_connectors::file::{JsonLinesSink, read_committed};
 use sluice_runtime::failover::RestartStrategy;
 use sluice_runtime::prelude::*;
-use sluice_runtime::testing::{FailureInjector, SplitMix64};
+use sluice_runtime::testing::{FailureInjector, PassThrough, SplitMix64};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
-
-/// Counts, at each snapshot of its chain, whether async requests were in flight.
-#[derive(Clone)]
-struct InFlightAtSnapshot {
-    in_flight: Arc<AtomicUsize>,
-    snapshots: Arc<AtomicU64>,
-    with_in_flight: Arc<AtomicU64>,
-}
-
-impl Operator<u64> for InFlightAtSnapshot {
-    type Out = u64;
-    fn process_batch(
-        &mut self,
-        batch: Vec<u64>,
-        out: &mut Collector<u64>,
-    ) -> Result<(), UserError> {
-        out.emit_batch(batch);
-        Ok(())
-    }
-    fn snapshot_state(
-        &mut self,
-        _c: sluice_core::CheckpointId,
-        _out: &mut Collector<u64>,
-    ) -> Result<OperatorState, UserError> {
-        self.snapshots.fetch_add(1, Ordering::SeqCst);
-        if self.in_flight.load(Ordering::SeqCst) > 0 {
-            self.with_in_flight.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(OperatorState::default())
-    }
-}
 
 /// Returns (restarts, snapshots, snapshots with requests in flight).
 async fn trial(seed: u64) -> (u32, u64, u64) {
@@ -97,10 +66,16 @@ async fn trial(seed: u64) -> (u32, u64, u64) {
         .process(FailureInjector::seeded(0.03, seed).times(2));
     wait.apply(&source)
         .unwrap()
-        .process(InFlightAtSnapshot {
-            in_flight: in_flight.clone(),
-            snapshots: snapshots.clone(),
-            with_in_flight: with_in_flight.clone(),
+        // Counts, at each snapshot of its chain, whether async requests were in flight.
+        .process({
+            let (in_flight, snapshots, with_in_flight) =
+                (in_flight.clone(), snapshots.clone(), with_in_flight.clone());
+            PassThrough::new().on_snapshot(move |_, _| {
+                snapshots.fetch_add(1, Ordering::SeqCst);
+                if in_flight.load(Ordering::SeqCst) > 0 {
+                    with_in_flight.fetch_add(1, Ordering::SeqCst);
+                }
+            })
         })
         .sink_to_exactly_once(JsonLinesSink::new(dir.path(), "enriched"));
     let context =

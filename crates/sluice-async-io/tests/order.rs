@@ -13,7 +13,7 @@ use std::time::Duration;
 enum Mode {
     Ordered,
     Unordered,
-    Keyed,
+    KeyOrdered,
 }
 
 /// Runs 0..n through an async wait with random latencies, watermarks after every source batch,
@@ -33,7 +33,7 @@ async fn run(mode: Mode, n: u64, batch: usize, capacity: usize, seed: u64) -> Ve
     let wait = match mode {
         Mode::Ordered => wait.ordered(),
         Mode::Unordered => wait.unordered(),
-        Mode::Keyed => wait.key_ordered(|x: &u64| x % 3),
+        Mode::KeyOrdered => wait.key_ordered(|x: &u64| x % 3),
     };
     let recorder = Recorder::new();
     wait.apply(&input)
@@ -99,7 +99,7 @@ proptest! {
 
     #[test]
     fn keyed_output_keeps_order_per_key(n in 1u64..300, batch in 1usize..40, capacity in 1usize..40, seed in any::<u64>()) {
-        let seen = paused_runtime().block_on(run(Mode::Keyed, n, batch, capacity, seed));
+        let seen = paused_runtime().block_on(run(Mode::KeyOrdered, n, batch, capacity, seed));
         check_common(&seen, n);
         for k in 0..3 {
             let of_k: Vec<u64> = seen.iter().filter_map(|s| match s { Seen::Record(r) if r % 3 == k => Some(*r), _ => None }).collect();

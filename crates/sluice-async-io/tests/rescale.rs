@@ -5,35 +5,13 @@
 use sluice_async_io::{AsyncWait, async_fn};
 use sluice_connectors::file::{JsonLinesSink, read_committed};
 use sluice_runtime::prelude::*;
+use sluice_runtime::testing::PassThrough;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
 const N: u64 = 4_000;
-
-/// Passes records through; reports completed checkpoints.
-#[derive(Clone)]
-struct OnComplete(Arc<watch::Sender<u64>>);
-
-impl Operator<u64> for OnComplete {
-    type Out = u64;
-    fn process_batch(
-        &mut self,
-        batch: Vec<u64>,
-        out: &mut Collector<u64>,
-    ) -> Result<(), UserError> {
-        out.emit_batch(batch);
-        Ok(())
-    }
-    fn notify_checkpoint_complete(
-        &mut self,
-        c: sluice_core::CheckpointId,
-    ) -> Result<(), UserError> {
-        self.0.send_replace(c.0);
-        Ok(())
-    }
-}
 
 /// The same graph every time; only the async operator's parallelism (the default) changes.
 fn build(
@@ -59,7 +37,10 @@ fn build(
         .name("lookup")
         .apply(&source.rebalance())
         .unwrap()
-        .process(OnComplete(Arc::new(tx)))
+        // Reports completed checkpoints.
+        .process(PassThrough::new().on_checkpoint_complete(move |_, c| {
+            tx.send_replace(c.0);
+        }))
         .sink_to_exactly_once(JsonLinesSink::new(output, "out"));
     rx
 }

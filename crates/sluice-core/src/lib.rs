@@ -2,8 +2,9 @@
 //!
 //! Everything in this crate is plain data: identifiers, the elements that travel between tasks
 //! ([`StreamElement`]), event time ([`Watermark`]), the [`Data`] bound every record type meets,
-//! and the error type user code returns ([`UserError`]). It has no runtime and no I/O, so every
-//! other crate of the workspace can depend on it.
+//! and the error type user code returns ([`UserError`]), plus [`sync::lock`], the one
+//! poison-tolerant lock helper of the workspace. It has no runtime and no I/O, so every other
+//! crate of the workspace can depend on it.
 //!
 //! ```
 //! use sluice_core::{StreamElement, Watermark};
@@ -20,6 +21,7 @@ mod element;
 mod error;
 mod event;
 mod ids;
+pub mod sync;
 mod watermark;
 
 pub use data::Data;

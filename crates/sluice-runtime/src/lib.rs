@@ -5,9 +5,22 @@
 //! - [`api`]: [`StreamEnvironment`], [`DataStream`], [`KeyedStream`], sources and sinks;
 //! - [`operator`]: the [`Operator`] trait every transformation implements;
 //! - [`exchange`]: channels, batches and partitioners between tasks;
+//! - [`key_groups`]: how keys map to key groups and key groups to subtasks;
 //! - [`watermark`]: watermark strategies and the per-task watermark valve;
 //! - [`job`]: planning, deployment, the job master, [`JobHandle`] and [`JobResult`];
-//! - [`metrics`]: per operator subtask counters.
+//! - [`metrics`]: per operator subtask counters;
+//! - `testing` (with the `testing` feature): fault injection and test operators.
+//!
+//! # Features
+//!
+//! - `testing` (off by default): compiles the `testing` module, the utilities for tests of jobs
+//!   and operators (`FailureInjector`, `KeyedCounter`, `SplitMix64`). Like tokio's
+//!   `test-util`, enable it only where tests need it:
+//!
+//!   ```toml
+//!   [dev-dependencies]
+//!   sluice-runtime = { version = "0.1", features = ["testing"] }
+//!   ```
 //!
 //! ```
 //! use sluice_runtime::prelude::*;
@@ -25,11 +38,13 @@ pub mod exchange;
 pub mod failover;
 mod graph;
 pub mod job;
+pub mod key_groups;
 pub mod metrics;
 pub mod operator;
 pub mod state;
 pub mod storage;
 mod task;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod watermark;
 
@@ -38,14 +53,11 @@ pub use api::{CollectHandle, DataStream, Generator, KeyedStream, Sink, StreamEnv
 pub use error::{CoordinatorFailureInfo, JobError, TaskFailure};
 pub use exchange::partitioner::Partitioner;
 pub use graph::Partitioning;
-pub use job::{JobConfig, JobHandle, JobResult};
+pub use job::{DEFAULT_MAX_PARALLELISM, JobConfig, JobHandle, JobResult};
 pub use metrics::{JobMetrics, OperatorMetrics, OperatorTotals, SubtaskMetrics};
 pub use operator::{Collector, Operator, OperatorContext};
 pub use state::OperatorState;
-pub use watermark::{ValveOutput, WatermarkStrategy, WatermarkValve};
-
-/// The default number of key groups.
-pub const DEFAULT_MAX_PARALLELISM: usize = 128;
+pub use watermark::WatermarkStrategy;
 
 /// Everything a job definition usually needs.
 pub mod prelude {

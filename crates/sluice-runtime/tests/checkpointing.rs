@@ -3,7 +3,7 @@
 
 use sluice_runtime::failover::RestartStrategy;
 use sluice_runtime::prelude::*;
-use sluice_runtime::testing::{FailureInjector, KeyedCounter};
+use sluice_runtime::testing::{FailureInjector, KeyedCounter, PassThrough};
 use sluice_runtime::{JobHandle, StreamEnvironment};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -132,34 +132,6 @@ async fn exhausted_restart_strategy_reports_the_attempts_and_the_cause() {
     assert_eq!(err.task_failure().map(|f| f.subtask), Some(0));
 }
 
-/// Passes records through, reporting how many went by and which checkpoints completed.
-#[derive(Clone)]
-struct Signal {
-    completed: Arc<watch::Sender<u64>>,
-    processed: Arc<watch::Sender<u64>>,
-}
-
-impl Operator<u64> for Signal {
-    type Out = u64;
-    fn process_batch(
-        &mut self,
-        batch: Vec<u64>,
-        out: &mut Collector<u64>,
-    ) -> Result<(), UserError> {
-        let n = batch.len() as u64;
-        out.emit_batch(batch);
-        self.processed.send_modify(|p| *p += n);
-        Ok(())
-    }
-    fn notify_checkpoint_complete(
-        &mut self,
-        c: sluice_core::CheckpointId,
-    ) -> Result<(), UserError> {
-        self.completed.send_replace(c.0);
-        Ok(())
-    }
-}
-
 const N: u64 = 60_000;
 const KEYS: u64 = 101;
 
@@ -181,10 +153,12 @@ fn build_with_source(
         .key_by(|k: &u64| *k)
         .transform(
             "Signals",
-            Signal {
-                completed: Arc::new(tx),
-                processed: Arc::new(processed_tx),
-            },
+            // Reports how many records went by and which checkpoints completed.
+            PassThrough::new()
+                .on_batch(move |_, n| processed_tx.send_modify(|p| *p += n as u64))
+                .on_checkpoint_complete(move |_, c| {
+                    tx.send_replace(c.0);
+                }),
         )
         .process(KeyedCounter::new())
         .collect();
@@ -310,6 +284,60 @@ fn checkpoint_configuration_errors_name_the_bad_value() {
     assert!(
         err.to_string().contains(&under_file.display().to_string()),
         "{err}"
+    );
+}
+
+#[test]
+fn an_empty_checkpoint_storage_path_is_refused_at_submit() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let env = StreamEnvironment::new();
+    env.enable_checkpointing(Duration::from_millis(10));
+    env.set_checkpoint_storage("");
+    env.from_iter(0u64..10).discard();
+    let err = env
+        .submit("empty path")
+        .err()
+        .expect("an empty checkpoint storage path must be refused");
+    assert!(
+        matches!(err, JobError::InvalidJob(_)) && err.to_string().contains("\"\""),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restoring_from_a_path_that_does_not_exist_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-checkpoints");
+    let env = StreamEnvironment::new();
+    env.restore_from(&missing);
+    env.from_iter(0u64..10).discard();
+    let err = env.execute("missing").await.unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("{} does not exist", missing.display())),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restoring_a_checkpoint_directory_without_metadata_names_the_missing_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chk = tmp.path().join("chk-7");
+    std::fs::create_dir(&chk).unwrap();
+    std::fs::write(chk.join("node-0.subtask-0.state"), b"partial").unwrap();
+    let env = StreamEnvironment::new();
+    env.restore_from(&chk);
+    env.from_iter(0u64..10).discard();
+    let err = env.execute("no metadata").await.unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains(&chk.join("_metadata").display().to_string()),
+        "{message}"
     );
 }
 

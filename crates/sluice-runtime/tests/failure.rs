@@ -8,7 +8,7 @@
 mod common;
 
 use common::{Guarded, LiveCounter};
-use sluice_runtime::exchange::partitioner::{key_group, subtask_for_key_group};
+use sluice_runtime::key_groups::{key_group, subtask_for_key_group};
 use sluice_runtime::prelude::*;
 use sluice_runtime::{JobError, TaskFailure};
 

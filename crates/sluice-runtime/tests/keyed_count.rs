@@ -1,7 +1,7 @@
 //! A keyed count over a million generated records gives exactly the sequential answer, whatever
 //! the parallelism: every record is counted once, and every key is counted by one subtask only.
 
-use sluice_runtime::exchange::partitioner::{key_group, subtask_for_key_group};
+use sluice_runtime::key_groups::{key_group, subtask_for_key_group};
 use sluice_runtime::prelude::*;
 use std::collections::HashMap;
 

@@ -3,6 +3,17 @@
 //! This facade re-exports the public API of the workspace's crates. Most programs need only the
 //! [`prelude`].
 //!
+//! # Features
+//!
+//! - `testing` (off by default): forwards `sluice-runtime/testing` and so makes `sluice::testing`
+//!   available (fault injectors and test operators for tests of jobs). Enable it from
+//!   `[dev-dependencies]`:
+//!
+//!   ```toml
+//!   [dev-dependencies]
+//!   sluice = { version = "0.1", features = ["testing"] }
+//!   ```
+//!
 //! ```
 //! use sluice::prelude::*;
 //!
@@ -19,12 +30,43 @@ pub use sluice_connectors as connectors;
 pub use sluice_coordinator as coordinator;
 pub use sluice_core as core;
 pub use sluice_runtime as runtime;
+#[cfg(feature = "testing")]
+pub use sluice_runtime::testing;
 pub use sluice_runtime::*;
 
-/// Everything a job definition usually needs.
+/// Everything a job definition usually needs: the DataStream API, checkpoint settings, restart
+/// strategies, the exactly-once JSON-lines sink and async I/O.
+///
+/// A first job with checkpoints, a restart strategy and exactly-once output, with nothing but
+/// the prelude in scope:
+///
+/// ```
+/// use sluice::prelude::*;
+/// use std::time::Duration;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let env = StreamEnvironment::new();
+/// env.set_parallelism(2);
+/// env.set_checkpoint_settings(CheckpointSettings::every(Duration::from_millis(50)));
+/// env.set_checkpoint_storage(dir.path().join("checkpoints"));
+/// let backoff = ExponentialBackoff::new(Duration::from_millis(10), Duration::from_secs(1), 2.0);
+/// env.set_restart_strategy(RestartStrategy::exponential_backoff(backoff).unwrap());
+/// env.from_iter(0u64..100)
+///     .map(|x| x * 2)
+///     .sink_to_exactly_once(JsonLinesSink::new(dir.path().join("out"), "doubled"));
+/// let result: JobResult = env.execute_blocking("first job").unwrap();
+/// assert_eq!(result.restarts, 0);
+/// let mut out: Vec<u64> = read_committed(&dir.path().join("out")).unwrap();
+/// out.sort();
+/// assert_eq!(out, (0..100).map(|x| x * 2).collect::<Vec<_>>());
+/// ```
 pub mod prelude {
     pub use sluice_async_io::{
         AsyncDataStream, AsyncFunction, AsyncRetryStrategy, AsyncWait, async_fn,
     };
+    pub use sluice_connectors::file::{JsonLinesSink, read_committed};
+    pub use sluice_runtime::JobHandle;
+    pub use sluice_runtime::checkpoint::CheckpointSettings;
+    pub use sluice_runtime::failover::{ExponentialBackoff, RestartStrategy};
     pub use sluice_runtime::prelude::*;
 }

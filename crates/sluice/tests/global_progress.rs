@@ -1,5 +1,5 @@
-//! The global-progress coordinator end to end: under random injected task failures its totals
-//! never count a record twice.
+//! The global-progress coordinator end to end: under random injected task failures, and under
+//! injected coordinator failures, the job recovers and its totals never count a record twice.
 
 #[path = "../examples/global_progress/progress.rs"]
 #[allow(dead_code)]
@@ -7,19 +7,34 @@ mod progress;
 
 use progress::{GlobalProgress, Progress};
 use sluice::checkpoint::CheckpointSettings;
-use sluice::failover::RestartStrategy;
+use sluice::coordinator::{BaseCoordinator, CoordinatorProvider};
 use sluice::prelude::*;
-use sluice::testing::{FailureInjector, SplitMix64};
+use sluice::testing::{CoordinatorFault, CoordinatorFaultInjector, FailureInjector, SplitMix64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-async fn trial(seed: u64) -> (u32, usize) {
-    let (result, totals) = run(seed, Duration::from_secs(600)).await;
+/// Where the coordinator publishes its totals.
+type Log = Arc<Mutex<Vec<(u64, u64)>>>;
+
+/// Runs the progress job with random settings drawn from `seed`, `task_failures` injected task
+/// failures, and the coordinator `provider` makes from the log; checks the totals. Returns the
+/// restarts and the number of totals.
+async fn trial<P: CoordinatorProvider + 'static>(
+    seed: u64,
+    task_failures: u32,
+    provider: impl FnOnce(Log) -> P,
+) -> (u32, usize) {
+    let (result, totals) = run(seed, task_failures, provider, Duration::from_secs(600)).await;
     (result.restarts, totals)
 }
 
-/// Runs one seeded trial with checkpoints that expire after `timeout`; checks its totals.
-async fn run(seed: u64, timeout: Duration) -> (JobResult, usize) {
+/// [`trial`] with checkpoints that expire after `timeout`; returns the job's result.
+async fn run<P: CoordinatorProvider + 'static>(
+    seed: u64,
+    task_failures: u32,
+    provider: impl FnOnce(Log) -> P,
+    timeout: Duration,
+) -> (JobResult, usize) {
     let mut rng = SplitMix64(seed);
     let p = rng.range(1, 4) as usize;
     let n = rng.range(5_000, 20_000);
@@ -33,12 +48,8 @@ async fn run(seed: u64, timeout: Duration) -> (JobResult, usize) {
     env.set_restart_strategy(RestartStrategy::fixed_delay(20, Duration::ZERO).unwrap());
     let log = Arc::new(Mutex::new(Vec::new()));
     env.from_generator(Generator::new(|i| i).take(n).rate_limit(500_000.0))
-        .process(FailureInjector::seeded(0.01, seed).times(2))
-        .transform_with_coordinator(
-            "Progress",
-            Progress::default(),
-            GlobalProgress::provider(log.clone()),
-        )
+        .process(FailureInjector::seeded(0.01, seed).times(task_failures))
+        .transform_with_coordinator("Progress", Progress::default(), provider(log.clone()))
         .discard();
     let context = format!("seed {seed}: parallelism {p}, {n} records");
     let result = env
@@ -84,7 +95,7 @@ async fn run(seed: u64, timeout: Duration) -> (JobResult, usize) {
 async fn global_progress_never_double_counts_under_random_failures() {
     let (mut restarts, mut totals) = (0, 0);
     for t in 0..12 {
-        let (r, n) = trial(0x9a0b_0000 + t).await;
+        let (r, n) = trial(0x9a0b_0000 + t, 2, GlobalProgress::provider).await;
         restarts += r;
         totals += n;
     }
@@ -93,6 +104,55 @@ async fn global_progress_never_double_counts_under_random_failures() {
         restarts >= 6,
         "only {restarts} restarts: the suite must exercise recovery"
     );
+}
+
+/// Every coordinator instance fails at its first event (there is always one: the final
+/// checkpoint's reports), `failures` times over the job; the job must restart exactly that often
+/// and still count every record once (checked by `trial`).
+async fn coordinator_fails_and_recovers(fault: CoordinatorFault, failures: u32, wrap_logic: bool) {
+    for seed in [0x5eed_0001, 0x5eed_0002] {
+        let faults = CoordinatorFaultInjector::at_event(1)
+            .fault(fault)
+            .times(failures);
+        let injector = faults.clone();
+        let (restarts, _) = if wrap_logic {
+            trial(seed, 0, move |log| {
+                BaseCoordinator::provider(move || {
+                    injector.wrap_logic(GlobalProgress::new(log.clone()))
+                })
+            })
+            .await
+        } else {
+            trial(seed, 0, move |log| {
+                injector.wrap(GlobalProgress::provider(log))
+            })
+            .await
+        };
+        assert_eq!(
+            faults.injected(),
+            failures,
+            "seed {seed:#x}: every planned failure fires"
+        );
+        assert_eq!(
+            restarts, failures,
+            "seed {seed:#x}: one restart per coordinator failure"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_returning_an_error_fails_over_and_the_job_recovers() {
+    coordinator_fails_and_recovers(CoordinatorFault::ReturnError, 2, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_failing_the_job_through_its_context_fails_over_and_recovers() {
+    coordinator_fails_and_recovers(CoordinatorFault::FailJob, 2, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_panicking_on_its_thread_fails_over_and_recovers() {
+    coordinator_fails_and_recovers(CoordinatorFault::Panic, 2, true).await;
 }
 
 /// A failover used to leave a checkpoint waiting for a coordinator event that had been lost to
@@ -107,15 +167,16 @@ async fn no_checkpoint_stalls_until_its_timeout_after_failovers() {
         .unwrap_or(60);
     let (mut restarts, mut triggered, mut expired) = (0, 0, Vec::new());
     for seed in 0..seeds {
-        let (result, _) = run(0x57a1_0000 + seed, Duration::from_secs(20)).await;
-        restarts += result.restarts;
+        let provider = GlobalProgress::provider;
+        let (result, _) = run(0x57a1_0000 + seed, 2, provider, Duration::from_secs(20)).await;
+        restarts += u64::from(result.restarts);
         triggered += result.checkpoints.triggered;
         if result.checkpoints.expired > 0 {
             expired.push((seed, result.checkpoints.expired));
         }
     }
     println!("{seeds} seeds: {restarts} restarts, {triggered} checkpoints triggered");
-    assert!(u64::from(restarts) > seeds / 2, "only {restarts} restarts");
+    assert!(restarts > seeds / 2, "only {restarts} restarts");
     assert!(
         expired.is_empty(),
         "checkpoints expired (seed, count): {expired:?}"

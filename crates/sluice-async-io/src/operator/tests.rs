@@ -458,7 +458,7 @@ proptest! {
             let inputs: Vec<u64> = (0..n as u64).collect();
             let (before, state) = run_until_snapshot(mode, capacity, &inputs, wm_every, &order, cut);
             let splits: Vec<Vec<OperatorState>> = vec![
-                sluice_runtime::state::redistribute(vec![state.clone()], new_p, 128),
+                sluice_runtime::testing::rescale_states(vec![state.clone()], new_p, 128),
                 {
                     // An arbitrary (non-contiguous) assignment of entries, order kept per share.
                     let mut shares = vec![Vec::new(); 4];

@@ -57,7 +57,7 @@ impl StreamEnvironment {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        sluice_core::sync::lock(&self.inner)
     }
 
     pub(crate) fn with_graph<R>(&self, f: impl FnOnce(&mut StreamGraph) -> R) -> R {

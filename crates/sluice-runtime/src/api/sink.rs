@@ -1,6 +1,8 @@
-//! Sinks: the [`Sink`] trait and the built-in collecting, printing and discarding sinks.
+//! Sinks: the [`Sink`] trait, the operator that drives one (`SinkOp`), and the built-in
+//! collecting, printing and discarding sinks.
 
-use crate::operator::OperatorContext;
+use crate::operator::{Collector, Operator, OperatorContext};
+use sluice_core::sync::lock;
 use sluice_core::{CheckpointId, Data, UserError};
 use std::sync::{Arc, Mutex};
 
@@ -72,18 +74,12 @@ impl<T> CollectHandle<T> {
     /// Takes the records collected so far (in arrival order; across subtasks the order is
     /// arbitrary).
     pub fn take(&self) -> Vec<T> {
-        match self.0.lock() {
-            Ok(mut g) => std::mem::take(&mut *g),
-            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
-        }
+        std::mem::take(&mut *lock(&self.0))
     }
 
     /// How many records are collected.
     pub fn len(&self) -> usize {
-        match self.0.lock() {
-            Ok(g) => g.len(),
-            Err(poisoned) => poisoned.into_inner().len(),
-        }
+        lock(&self.0).len()
     }
 
     /// Whether nothing was collected.
@@ -123,5 +119,36 @@ pub(crate) struct DiscardSink;
 impl<T: Data> Sink<T> for DiscardSink {
     fn write_batch(&mut self, _batch: Vec<T>) -> Result<(), UserError> {
         Ok(())
+    }
+}
+
+/// Adapts a [`Sink`] to the operator interface; it emits nothing.
+#[derive(Clone)]
+pub(crate) struct SinkOp<S>(pub S);
+
+impl<T: Data, S: Sink<T> + Clone> Operator<T> for SinkOp<S> {
+    type Out = ();
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.0.open(ctx)
+    }
+    #[inline]
+    fn process_batch(&mut self, batch: Vec<T>, _out: &mut Collector<()>) -> Result<(), UserError> {
+        self.0.write_batch(batch)
+    }
+    fn process_watermark(
+        &mut self,
+        _w: sluice_core::Watermark,
+        _out: &mut Collector<()>,
+    ) -> Result<(), UserError> {
+        Ok(())
+    }
+    fn end_input(&mut self, _out: &mut Collector<()>) -> Result<(), UserError> {
+        self.0.finish()
+    }
+    fn close(&mut self) -> Result<(), UserError> {
+        self.0.close()
+    }
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<(), UserError> {
+        self.0.notify_checkpoint_complete(checkpoint)
     }
 }

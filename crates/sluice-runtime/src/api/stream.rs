@@ -2,14 +2,14 @@
 
 use crate::api::environment::StreamEnvironment;
 use crate::api::keyed::KeyedStream;
-use crate::api::sink::{CollectHandle, CollectSink, DiscardSink, PrintSink, Sink};
+use crate::api::sink::{CollectHandle, CollectSink, DiscardSink, PrintSink, Sink, SinkOp};
 use crate::exchange::partitioner::Partitioner;
 use crate::graph::NodeKind;
 use crate::graph::Partitioning;
 use crate::graph::erased::{
     BuiltinWriter, CustomWriter, HashWriter, TypedOperator, TypedOutput, WriterFactory,
 };
-use crate::operator::{FilterOp, FlatMapOp, IdentityOp, MapOp, Operator, SinkOp};
+use crate::operator::{FilterOp, FlatMapOp, IdentityOp, MapOp, Operator};
 use crate::watermark::WatermarkStrategy;
 use sluice_core::{Data, NodeId};
 use std::hash::Hash;
@@ -192,7 +192,7 @@ impl<T: Data> DataStream<T> {
 
     /// Partitions by key: all records with the same key reach the same subtask of the next
     /// operator, in every run (keys are hashed into key groups; see
-    /// [`key_group`](crate::exchange::partitioner::key_group)).
+    /// [`key_group`](crate::key_groups::key_group)).
     pub fn key_by<K, F>(&self, key_fn: F) -> KeyedStream<T, K, F>
     where
         K: Hash + 'static,

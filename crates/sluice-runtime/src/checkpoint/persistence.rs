@@ -5,8 +5,8 @@ use super::{CheckpointSettings, CompletedCheckpoint};
 use crate::error::JobError;
 use crate::state::OperatorState;
 use crate::storage::{
-    CheckpointMetadata, CheckpointStorage, LocalCheckpointStorage, OperatorInfo,
-    RestoredCheckpoint, StateFileHandle,
+    CheckpointMetadata, CheckpointStorage, LocalCheckpointStorage, OperatorInfo, RestorePathKind,
+    RestoredCheckpoint, StateFileHandle, restore_path_kind,
 };
 use futures::future::BoxFuture;
 use sluice_core::{CheckpointId, NodeId, codec};
@@ -148,7 +148,7 @@ pub(crate) async fn load_restore(
     let invalid = |e: crate::storage::StorageError| {
         JobError::InvalidJob(format!("cannot restore from {}: {e}", path.display()))
     };
-    if path.join("_metadata").exists() {
+    if restore_path_kind(path).map_err(invalid)? == RestorePathKind::Checkpoint {
         let cp = LocalCheckpointStorage::load_dir(path.to_path_buf(), fingerprint)
             .await
             .map_err(invalid)?;

@@ -6,8 +6,9 @@
 //! input, so memory stays bounded by one input batch's worth of output.
 
 use super::ChannelSender;
-use super::partitioner::{Partitioner, key_group, subtask_for_key_group};
+use super::partitioner::Partitioner;
 use crate::error::TaskError;
+use crate::key_groups::{key_group, subtask_for_key_group};
 use crate::operator::OperatorContext;
 use crate::task::chain::{ChainStage, failure};
 use crate::task::control::TaskSnapshot;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// What to do after a failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RestartDecision {
+pub(crate) enum RestartDecision {
     /// Restore every task from the latest completed checkpoint once `after` has passed.
     Restart {
         /// The delay before the restart.
@@ -143,24 +143,24 @@ enum Kind {
 /// Whether and when a failed job is restarted. Built through its constructors, which check the
 /// values, so every `RestartStrategy` is valid.
 ///
+/// For example, exponential backoff from 100 ms to at most 400 ms, doubling, waits (unit test
+/// `worked_example_exponential_backoff`):
+///
+/// ```text
+/// failure at   0 ms -> restart after 100 ms
+/// failure at 150 ms -> restart after 200 ms
+/// failure at 400 ms -> restart after 400 ms
+/// failure at 900 ms -> restart after 400 ms (the cap)
 /// ```
-/// use sluice_runtime::failover::{
-///     ExponentialBackoff, FailureHistory, RestartDecision, RestartStrategy,
-/// };
+///
+/// ```
+/// use sluice_runtime::failover::{ExponentialBackoff, RestartStrategy};
 /// use std::time::Duration;
 ///
 /// let ms = Duration::from_millis;
 /// let strategy = RestartStrategy::exponential_backoff(ExponentialBackoff::new(ms(100), ms(400), 2.0))
 ///     .unwrap();
-/// let mut history = FailureHistory::new();
-/// let waits: Vec<_> = [0, 150, 400, 900]
-///     .into_iter()
-///     .map(|t| match strategy.on_failure(&mut history, ms(t)) {
-///         RestartDecision::Restart { after } => after,
-///         RestartDecision::GiveUp { .. } => unreachable!(),
-///     })
-///     .collect();
-/// assert_eq!(waits, [ms(100), ms(200), ms(400), ms(400)]);
+/// assert!(!strategy.is_none());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RestartStrategy {
@@ -201,14 +201,9 @@ impl RestartStrategy {
     /// Never restart: the first failure fails the job.
     ///
     /// ```
-    /// use sluice_runtime::failover::{FailureHistory, RestartDecision, RestartStrategy};
-    /// use std::time::Duration;
+    /// use sluice_runtime::failover::RestartStrategy;
     ///
-    /// let mut history = FailureHistory::new();
-    /// assert_eq!(
-    ///     RestartStrategy::none().on_failure(&mut history, Duration::ZERO),
-    ///     RestartDecision::GiveUp { attempts: 0 }
-    /// );
+    /// assert!(RestartStrategy::none().is_none());
     /// ```
     pub fn none() -> Self {
         RestartStrategy { kind: Kind::None }
@@ -263,7 +258,7 @@ impl RestartStrategy {
     /// `at` is any monotonic time the caller chooses (for example the time since the job
     /// started); only differences between the times of one history matter. The strategy reads
     /// no clock itself.
-    pub fn on_failure(&self, history: &mut FailureHistory, at: Duration) -> RestartDecision {
+    pub(crate) fn on_failure(&self, history: &mut FailureHistory, at: Duration) -> RestartDecision {
         let previous = history.last_failure_at.replace(at);
         history.failures = history.failures.saturating_add(1);
         let decision = match &self.kind {
@@ -313,20 +308,8 @@ impl RestartStrategy {
 /// What a restart strategy remembers of a job's failures: how many there were, how many led to a
 /// restart, when the last one happened, and the current backoff. Kept by the job master for the
 /// whole life of the job (across restarts) and updated only by [`RestartStrategy::on_failure`].
-///
-/// ```
-/// use sluice_runtime::failover::{FailureHistory, RestartStrategy};
-/// use std::time::Duration;
-///
-/// let strategy = RestartStrategy::fixed_delay(5, Duration::ZERO).unwrap();
-/// let mut history = FailureHistory::new();
-/// strategy.on_failure(&mut history, Duration::from_secs(3));
-/// assert_eq!(history.failures(), 1);
-/// assert_eq!(history.restarts(), 1);
-/// assert_eq!(history.last_failure_at(), Some(Duration::from_secs(3)));
-/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FailureHistory {
+pub(crate) struct FailureHistory {
     failures: u32,
     restarts: u32,
     since_reset: u32,
@@ -336,23 +319,8 @@ pub struct FailureHistory {
 
 impl FailureHistory {
     /// A job that has not failed yet.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         FailureHistory::default()
-    }
-
-    /// How many failures were recorded.
-    pub fn failures(&self) -> u32 {
-        self.failures
-    }
-
-    /// How many of them led to a restart.
-    pub fn restarts(&self) -> u32 {
-        self.restarts
-    }
-
-    /// When the last failure happened, on the caller's time line.
-    pub fn last_failure_at(&self) -> Option<Duration> {
-        self.last_failure_at
     }
 }
 
@@ -383,6 +351,60 @@ mod tests {
 
     fn restart(after: Duration) -> RestartDecision {
         RestartDecision::Restart { after }
+    }
+
+    #[test]
+    fn worked_example_fixed_delay() {
+        let strategy = RestartStrategy::fixed_delay(2, Duration::from_secs(1)).unwrap();
+        let mut history = FailureHistory::new();
+        let after = restart(Duration::from_secs(1));
+        assert_eq!(
+            strategy.on_failure(&mut history, Duration::from_secs(10)),
+            after
+        );
+        assert_eq!(
+            strategy.on_failure(&mut history, Duration::from_secs(20)),
+            after
+        );
+        assert_eq!(
+            strategy.on_failure(&mut history, Duration::from_secs(30)),
+            RestartDecision::GiveUp { attempts: 2 }
+        );
+    }
+
+    #[test]
+    fn worked_example_exponential_backoff() {
+        let strategy =
+            RestartStrategy::exponential_backoff(ExponentialBackoff::new(ms(100), ms(400), 2.0))
+                .unwrap();
+        let mut history = FailureHistory::new();
+        let waits: Vec<_> = [0, 150, 400, 900]
+            .into_iter()
+            .map(|t| match strategy.on_failure(&mut history, ms(t)) {
+                RestartDecision::Restart { after } => after,
+                RestartDecision::GiveUp { .. } => unreachable!(),
+            })
+            .collect();
+        assert_eq!(waits, [ms(100), ms(200), ms(400), ms(400)]);
+    }
+
+    #[test]
+    fn never_restarting_gives_up_at_once() {
+        let mut history = FailureHistory::new();
+        assert_eq!(
+            RestartStrategy::none().on_failure(&mut history, Duration::ZERO),
+            RestartDecision::GiveUp { attempts: 0 }
+        );
+    }
+
+    #[test]
+    fn the_history_counts_failures_and_restarts() {
+        let strategy = RestartStrategy::fixed_delay(5, Duration::ZERO).unwrap();
+        let mut history = FailureHistory::new();
+        strategy.on_failure(&mut history, Duration::from_secs(3));
+        assert_eq!(history.failures, 1);
+        assert_eq!(history.restarts, 1);
+        assert_eq!(history.last_failure_at, Some(Duration::from_secs(3)));
     }
 
     fn exp(cfg: ExponentialBackoff) -> RestartStrategy {
@@ -607,9 +629,9 @@ mod tests {
         let mut h = FailureHistory::new();
         s.on_failure(&mut h, ms(10));
         s.on_failure(&mut h, ms(20));
-        assert_eq!(h.failures(), 2);
-        assert_eq!(h.restarts(), 1);
-        assert_eq!(h.last_failure_at(), Some(ms(20)));
+        assert_eq!(h.failures, 2);
+        assert_eq!(h.restarts, 1);
+        assert_eq!(h.last_failure_at, Some(ms(20)));
     }
 
     #[test]

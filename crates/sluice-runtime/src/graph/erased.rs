@@ -133,9 +133,7 @@ impl<In, Op> TypedOperator<In, Op> {
 
 /// Clones a prototype kept behind a mutex (so that it need not be `Sync`).
 fn clone_locked<X: Clone>(m: &Mutex<X>) -> X {
-    m.lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .clone()
+    sluice_core::sync::lock(m).clone()
 }
 
 impl<In: Data, Op: Operator<In> + Clone> OperatorFactory for TypedOperator<In, Op> {

@@ -1,6 +1,10 @@
-//! [`JobConfig`]: the knobs of one job, with their defaults.
+//! [`JobConfig`]: the knobs of one job, with their defaults, and [`DEFAULT_MAX_PARALLELISM`].
 
 use crate::error::JobError;
+
+/// The default number of key groups ([`JobConfig::max_parallelism`]), Flink's default for jobs
+/// of up to 128 subtasks.
+pub const DEFAULT_MAX_PARALLELISM: usize = 128;
 
 /// The configuration of a job, set through [`StreamEnvironment`](crate::StreamEnvironment).
 ///
@@ -29,7 +33,7 @@ impl Default for JobConfig {
             parallelism: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
-            max_parallelism: crate::DEFAULT_MAX_PARALLELISM,
+            max_parallelism: DEFAULT_MAX_PARALLELISM,
             batch_size: 1024,
             channel_capacity: 4,
         }

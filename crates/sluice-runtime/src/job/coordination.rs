@@ -27,9 +27,10 @@ use sluice_coordinator::{
     CoordinatorProvider, EventTransport, JobFailureHook, LiveAttempts, OperatorCoordinator,
     RecreateOnResetCoordinator, SendError, SubtaskAttempt, SubtaskGateway,
 };
+use sluice_core::sync::lock;
 use sluice_core::{AttemptNumber, CheckpointId, NodeId, OperatorEvent, SubtaskIndex};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
@@ -43,10 +44,6 @@ pub(crate) struct ToCoordinator {
     pub(crate) subtask: SubtaskIndex,
     pub(crate) attempt: AttemptNumber,
     pub(crate) event: OperatorEvent,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What the valve transport shares with the holder.

@@ -26,6 +26,7 @@ use crate::metrics::JobMetrics;
 use crate::task::control::{TaskControl, TaskReport};
 use futures::future::BoxFuture;
 use sluice_coordinator::CoordinatorFailure;
+use sluice_core::sync::lock;
 use sluice_core::{AttemptNumber, CheckpointId, NodeId};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -92,10 +93,6 @@ impl SharedMetrics {
         let ended = std::mem::replace(&mut *lock(&self.current), m);
         lock(&self.earlier).accumulate(&ended.snapshot());
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The channels the master reads besides those of an attempt.

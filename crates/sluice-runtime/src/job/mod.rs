@@ -19,5 +19,5 @@ pub(crate) mod master;
 pub(crate) mod plan;
 pub(crate) mod submit;
 
-pub use config::JobConfig;
+pub use config::{DEFAULT_MAX_PARALLELISM, JobConfig};
 pub use handle::{CheckpointError, CheckpointStats, JobHandle, JobResult, PendingCheckpoint};

@@ -5,6 +5,7 @@
 //! in the [`JobResult`](crate::JobResult).
 
 use serde::Serialize;
+use sluice_core::sync::lock;
 use sluice_core::{NodeId, SubtaskIndex};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,26 +64,16 @@ impl OperatorMetrics {
     /// assert_eq!(m.gauge("global_progress"), Some(42));
     /// ```
     pub fn set_gauge(&self, name: &str, value: i64) {
-        self.gauges
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), value);
+        lock(&self.gauges).insert(name.to_string(), value);
     }
 
     /// The value of gauge `name`, if set.
     pub fn gauge(&self, name: &str) -> Option<i64> {
-        self.gauges
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .copied()
+        lock(&self.gauges).get(name).copied()
     }
 
     fn gauges(&self) -> BTreeMap<String, i64> {
-        self.gauges
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.gauges).clone()
     }
 
     /// Records that entered the operator so far.

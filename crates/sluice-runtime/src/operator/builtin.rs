@@ -1,11 +1,11 @@
-//! The built-in stateless operators behind `map`, `filter`, `flat_map`, `union` and sinks.
+//! The built-in stateless operators behind `map`, `filter`, `flat_map` and `union` (the
+//! operator behind sinks, `SinkOp`, lives beside the `Sink` trait in `api/sink.rs`).
 //!
 //! Each applies its closure to a whole batch in one monomorphised loop: the per-batch dynamic call
 //! into the operator is the only indirection a record pays.
 
-use super::{Collector, Operator, OperatorContext};
-use crate::api::Sink;
-use sluice_core::{CheckpointId, Data, UserError};
+use super::{Collector, Operator};
+use sluice_core::{Data, UserError};
 use std::marker::PhantomData;
 
 /// `map`: one output per input.
@@ -95,36 +95,5 @@ impl<T: Data> Operator<T> for IdentityOp<T> {
     fn process_batch(&mut self, batch: Vec<T>, out: &mut Collector<T>) -> Result<(), UserError> {
         out.emit_batch(batch);
         Ok(())
-    }
-}
-
-/// Adapts a [`Sink`] to the operator interface; it emits nothing.
-#[derive(Clone)]
-pub(crate) struct SinkOp<S>(pub S);
-
-impl<T: Data, S: Sink<T> + Clone> Operator<T> for SinkOp<S> {
-    type Out = ();
-    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
-        self.0.open(ctx)
-    }
-    #[inline]
-    fn process_batch(&mut self, batch: Vec<T>, _out: &mut Collector<()>) -> Result<(), UserError> {
-        self.0.write_batch(batch)
-    }
-    fn process_watermark(
-        &mut self,
-        _w: sluice_core::Watermark,
-        _out: &mut Collector<()>,
-    ) -> Result<(), UserError> {
-        Ok(())
-    }
-    fn end_input(&mut self, _out: &mut Collector<()>) -> Result<(), UserError> {
-        self.0.finish()
-    }
-    fn close(&mut self) -> Result<(), UserError> {
-        self.0.close()
-    }
-    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<(), UserError> {
-        self.0.notify_checkpoint_complete(checkpoint)
     }
 }

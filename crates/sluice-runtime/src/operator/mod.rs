@@ -42,7 +42,7 @@ mod builtin;
 mod collector;
 mod context;
 
-pub(crate) use builtin::{FilterOp, FlatMapOp, IdentityOp, MapOp, SinkOp};
+pub(crate) use builtin::{FilterOp, FlatMapOp, IdentityOp, MapOp};
 pub use collector::Collector;
 pub(crate) use context::ContextParts;
 pub use context::OperatorContext;

@@ -2,7 +2,7 @@
 //! key group so that a restore at another parallelism moves each key with its key group.
 
 use super::{KeyGroupEntry, OperatorState};
-use crate::exchange::partitioner::key_group;
+use crate::key_groups::key_group;
 use rustc_hash::FxHashMap;
 use serde::{Serialize, de::DeserializeOwned};
 use sluice_core::codec::{self, CodecError};
@@ -211,7 +211,7 @@ mod tests {
             let mut st: ValueState<u64, u64> = ValueState::new("c");
             for &k in &keys {
                 let g = key_group(&k, maxp);
-                if crate::exchange::partitioner::subtask_for_key_group(g, maxp, 2) == s {
+                if crate::key_groups::subtask_for_key_group(g, maxp, 2) == s {
                     st.update(k, k * 10);
                 }
             }
@@ -227,10 +227,7 @@ mod tests {
             for (k, v) in st.iter() {
                 assert_eq!(*v, k * 10);
                 let g = key_group(k, maxp);
-                assert_eq!(
-                    crate::exchange::partitioner::subtask_for_key_group(g, maxp, 3),
-                    s
-                );
+                assert_eq!(crate::key_groups::subtask_for_key_group(g, maxp, 3), s);
                 seen += 1;
             }
         }

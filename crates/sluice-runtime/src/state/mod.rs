@@ -17,7 +17,7 @@ mod redistribute;
 
 pub use keyed::{MapState, ValueState};
 pub use list::ListState;
-pub use redistribute::redistribute;
+pub(crate) use redistribute::redistribute;
 
 use serde::{Deserialize, Serialize};
 

@@ -1,28 +1,17 @@
 //! Handing the states of the old subtasks of an operator to its new subtasks at restore.
 
 use super::OperatorState;
-use crate::exchange::partitioner::subtask_for_key_group;
+use crate::key_groups::subtask_for_key_group;
 
 /// Splits the states written by `old.len()` subtasks among `new_parallelism` subtasks.
 ///
 /// At the same parallelism every subtask gets its own state back. Otherwise the list entries of
 /// all old subtasks, in subtask order, are cut into contiguous shares whose sizes differ by at
-/// most one, and each keyed entry goes to the subtask owning its key group.
-///
-/// ```
-/// use sluice_runtime::OperatorState;
-/// use sluice_runtime::state::redistribute;
-///
-/// let old = vec![
-///     OperatorState::from_entries(vec![vec![1], vec![2], vec![3]]),
-///     OperatorState::from_entries(vec![vec![4]]),
-/// ];
-/// let new = redistribute(old, 3, 128);
-/// let sizes: Vec<usize> = new.iter().map(|s| s.entries().len()).collect();
-/// assert_eq!(sizes, vec![2, 1, 1]);
-/// assert_eq!(new[0].entries(), &[vec![1], vec![2]]);
-/// ```
-pub fn redistribute(
+/// most one, and each keyed entry goes to the subtask owning its key group. For example, list
+/// entries `[1, 2, 3]` and `[4]` of two old subtasks become `[1, 2]`, `[3]` and `[4]` for three
+/// (the unit test `worked_example_three_new_subtasks`). Tests of operators reach it through
+/// `testing::rescale_states`.
+pub(crate) fn redistribute(
     old: Vec<OperatorState>,
     new_parallelism: usize,
     max_parallelism: usize,
@@ -60,6 +49,18 @@ mod tests {
     use super::*;
     use crate::state::KeyGroupEntry;
     use proptest::prelude::*;
+
+    #[test]
+    fn worked_example_three_new_subtasks() {
+        let old = vec![
+            OperatorState::from_entries(vec![vec![1], vec![2], vec![3]]),
+            OperatorState::from_entries(vec![vec![4]]),
+        ];
+        let new = redistribute(old, 3, 128);
+        let sizes: Vec<usize> = new.iter().map(|s| s.entries().len()).collect();
+        assert_eq!(sizes, vec![2, 1, 1]);
+        assert_eq!(new[0].entries(), &[vec![1], vec![2]]);
+    }
 
     proptest! {
         /// Nothing is lost or doubled, order is kept, and keyed entries land on their owner.

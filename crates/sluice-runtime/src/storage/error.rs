@@ -16,6 +16,20 @@ pub enum StorageError {
         #[source]
         source: io::Error,
     },
+    /// The path given for checkpoints cannot name a directory (for example, it is empty).
+    #[error("checkpoint path {path:?} is not usable: {reason}")]
+    InvalidPath {
+        /// The path, as given.
+        path: PathBuf,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// The path to restore from does not exist.
+    #[error("checkpoint path {path} does not exist")]
+    NotFound {
+        /// The path, as given.
+        path: PathBuf,
+    },
     /// A file of a checkpoint does not exist.
     #[error("checkpoint file {path} is missing")]
     Missing {
@@ -83,6 +97,8 @@ impl StorageError {
     pub fn path(&self) -> Option<&std::path::Path> {
         match self {
             StorageError::NotWritable { path, .. }
+            | StorageError::InvalidPath { path, .. }
+            | StorageError::NotFound { path }
             | StorageError::Missing { path }
             | StorageError::Corrupt { path, .. }
             | StorageError::FingerprintMismatch { path, .. }

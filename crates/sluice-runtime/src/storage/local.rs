@@ -32,8 +32,13 @@ use std::path::{Path, PathBuf};
 /// std::fs::write(&file, b"x").unwrap();
 /// let err = validate_directory(&file.join("checkpoints")).unwrap_err();
 /// assert!(err.to_string().contains("a-file/checkpoints"));
+///
+/// // An empty path is not the working directory: it is refused, quoted in the error.
+/// let err = validate_directory(std::path::Path::new("")).unwrap_err();
+/// assert!(err.to_string().contains("\"\" is not usable"), "{err}");
 /// ```
 pub fn validate_directory(path: &Path) -> Result<(), StorageError> {
+    reject_empty(path)?;
     let not_writable = |source| StorageError::NotWritable {
         path: path.to_path_buf(),
         source,
@@ -44,6 +49,68 @@ pub fn validate_directory(path: &Path) -> Result<(), StorageError> {
         .and_then(|mut f| f.write_all(b"sluice"))
         .map_err(not_writable)?;
     fs::remove_file(&probe).map_err(not_writable)
+}
+
+/// An empty path would put checkpoints in the working directory without anyone asking for it.
+fn reject_empty(path: &Path) -> Result<(), StorageError> {
+    if path.as_os_str().is_empty() {
+        return Err(StorageError::InvalidPath {
+            path: path.to_path_buf(),
+            reason: "the path is empty (write \".\" for the working directory)",
+        });
+    }
+    Ok(())
+}
+
+/// What a path to restore from names; see [`restore_path_kind`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestorePathKind {
+    /// One checkpoint directory, `chk-N` (restore exactly that checkpoint).
+    Checkpoint,
+    /// A checkpoint storage directory (restore its newest valid checkpoint).
+    Storage,
+}
+
+/// Tells whether `path` is one checkpoint (it has a `_metadata` file, or it is named `chk-N`)
+/// or a checkpoint storage directory. A path that does not exist, or is empty, is an error
+/// naming it, so that a restore from a mistyped path does not look like an empty storage.
+///
+/// ```
+/// use sluice_runtime::storage::{RestorePathKind, StorageError, restore_path_kind};
+///
+/// let tmp = tempfile::tempdir().unwrap();
+/// assert_eq!(restore_path_kind(tmp.path()).unwrap(), RestorePathKind::Storage);
+/// std::fs::create_dir(tmp.path().join("chk-3")).unwrap();
+/// assert_eq!(
+///     restore_path_kind(&tmp.path().join("chk-3")).unwrap(),
+///     RestorePathKind::Checkpoint
+/// );
+/// let missing = tmp.path().join("no-such-dir");
+/// let err = restore_path_kind(&missing).unwrap_err();
+/// assert!(matches!(err, StorageError::NotFound { .. }));
+/// assert!(err.to_string().contains("does not exist"), "{err}");
+/// ```
+pub fn restore_path_kind(path: &Path) -> Result<RestorePathKind, StorageError> {
+    reject_empty(path)?;
+    match path.try_exists() {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(StorageError::NotFound {
+                path: path.to_path_buf(),
+            });
+        }
+        Err(e) => return Err(StorageError::io("inspect", path, e)),
+    }
+    let named_like_a_checkpoint = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(format::parse_checkpoint_dir_name)
+        .is_some();
+    if named_like_a_checkpoint || path.join(METADATA_FILE).exists() {
+        Ok(RestorePathKind::Checkpoint)
+    } else {
+        Ok(RestorePathKind::Storage)
+    }
 }
 
 /// Checkpoint storage in a local directory. See the [module documentation](super) for the

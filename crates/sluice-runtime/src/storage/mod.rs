@@ -68,7 +68,7 @@ mod metadata;
 mod tests;
 
 pub use error::{Corruption, StorageError};
-pub use local::{LocalCheckpointStorage, validate_directory};
+pub use local::{LocalCheckpointStorage, RestorePathKind, restore_path_kind, validate_directory};
 pub use metadata::{
     CheckpointMetadata, CoordinatorStateHandle, OperatorInfo, RestoreOutcome, RestoredCheckpoint,
     SkippedCheckpoint, StateFileHandle,

@@ -21,19 +21,10 @@ struct Channel {
 ///   reports active again;
 /// - an ended channel no longer counts (sources send the maximum watermark before ending).
 ///
-/// It is a pure state machine: no clocks, no I/O.
-///
-/// ```
-/// use sluice_runtime::WatermarkValve;
-/// use sluice_core::Watermark;
-///
-/// let mut v = WatermarkValve::new(2);
-/// assert_eq!(v.on_watermark(0, Watermark::new(10)).watermark, None); // channel 1 still at MIN
-/// assert_eq!(v.on_watermark(1, Watermark::new(7)).watermark, Some(Watermark::new(7)));
-/// assert_eq!(v.on_watermark(1, Watermark::new(20)).watermark, Some(Watermark::new(10)));
-/// ```
+/// It is a pure state machine: no clocks, no I/O. The worked example of the module
+/// documentation is the unit test `worked_example_minimum_over_two_channels`.
 #[derive(Clone, Debug)]
-pub struct WatermarkValve {
+pub(crate) struct WatermarkValve {
     channels: Vec<Channel>,
     last: Watermark,
     idle: bool,
@@ -41,7 +32,7 @@ pub struct WatermarkValve {
 
 /// What the task should emit after a valve update.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ValveOutput {
+pub(crate) struct ValveOutput {
     /// A status change to emit first, if any.
     pub status: Option<WatermarkStatus>,
     /// A new, higher watermark to emit, if any.
@@ -66,6 +57,7 @@ impl WatermarkValve {
     }
 
     /// The last watermark emitted.
+    #[cfg(test)]
     pub fn current(&self) -> Watermark {
         self.last
     }
@@ -130,6 +122,14 @@ mod tests {
 
     fn wm(t: i64) -> Watermark {
         Watermark::new(t)
+    }
+
+    #[test]
+    fn worked_example_minimum_over_two_channels() {
+        let mut v = WatermarkValve::new(2);
+        assert_eq!(v.on_watermark(0, wm(10)).watermark, None); // channel 1 still at MIN
+        assert_eq!(v.on_watermark(1, wm(7)).watermark, Some(wm(7)));
+        assert_eq!(v.on_watermark(1, wm(20)).watermark, Some(wm(10)));
     }
 
     #[test]

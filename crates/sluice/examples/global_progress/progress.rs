@@ -33,13 +33,18 @@ pub struct GlobalProgress {
 }
 
 impl GlobalProgress {
-    /// A provider for `transform_with_coordinator`.
-    pub fn provider(log: Arc<Mutex<Vec<(u64, u64)>>>) -> impl CoordinatorProvider {
-        BaseCoordinator::provider(move || GlobalProgress {
+    /// The logic with nothing reported yet, logging totals into `log`.
+    pub fn new(log: Arc<Mutex<Vec<(u64, u64)>>>) -> Self {
+        GlobalProgress {
             reports: BTreeMap::new(),
             completed: BTreeMap::new(),
-            log: log.clone(),
-        })
+            log,
+        }
+    }
+
+    /// A provider for `transform_with_coordinator`.
+    pub fn provider(log: Arc<Mutex<Vec<(u64, u64)>>>) -> impl CoordinatorProvider {
+        BaseCoordinator::provider(move || GlobalProgress::new(log.clone()))
     }
 
     /// Publishes the total of `checkpoint` once every subtask reported and it completed.

@@ -4,6 +4,7 @@
 //! what the `checkpoint` scenario's durations are made of.
 
 use crate::measure::percentile;
+use sluice::core::sync::lock;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -62,7 +63,7 @@ fn latest(slot: &mut Option<Instant>, t: Instant) {
 
 impl Timeline {
     fn update(&self, id: u64, f: impl FnOnce(&mut Marks)) {
-        let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut marks = lock(&self.marks);
         f(marks.entry(id).or_default());
     }
 
@@ -106,7 +107,7 @@ impl Timeline {
 
     /// The marks of every checkpoint that completed and has a known start.
     pub fn completed_marks(&self) -> Vec<(u64, Marks)> {
-        let marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        let marks = lock(&self.marks);
         marks
             .iter()
             .filter(|(_, m)| m.duration().is_some())

@@ -12,14 +12,11 @@
 use super::scripted::{Handler, provider};
 use sluice::coordinator::{decode_event, encode_event};
 use sluice::core::OperatorEvent;
+use sluice::core::sync::lock;
 use sluice::prelude::*;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn environment(parallelism: usize) -> StreamEnvironment {
     let env = StreamEnvironment::new();

@@ -6,7 +6,7 @@
 use super::workload::{digest, generate, keep, key, transform};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use rustc_hash::FxHashMap;
-use sluice::exchange::partitioner::{key_group, subtask_for_key_group};
+use sluice::key_groups::{key_group, subtask_for_key_group};
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::hint::black_box;

@@ -1,5 +1,17 @@
-//! Test utilities: fault injection, a keyed counter with checkpointed state, and a seeded
-//! random number generator.
+//! Test utilities (compiled with the `testing` feature): fault injection, an operator test
+//! harness, a keyed counter with checkpointed state, and a seeded random number generator.
+//!
+//! - [`OperatorTestHarness`] (`harness.rs`): one operator driven by hand: batches, watermarks,
+//!   snapshots and restores (also at another parallelism), checkpoint notifications, end of
+//!   input and asynchronous pending work;
+//! - [`FailureInjector`]: a pass-through operator that fails on plan;
+//! - [`CoordinatorFaultInjector`] (`coordinator.rs`): operator coordinators that fail on plan
+//!   (an error, a job failure through the context's hook, or a panic on the coordinator thread);
+//! - [`KeyedCounter`]: keyed counts in checkpointed state, exact under failures;
+//! - [`PassThrough`] (`pass_through.rs`): a pass-through operator whose hooks signal batches,
+//!   snapshots and completed checkpoints, to watch a running job;
+//! - [`SplitMix64`]: a seeded random number generator; [`rescale_states`]: a restore's
+//!   redistribution of states.
 //!
 //! [`FailureInjector`] is an operator that passes records through unchanged and panics when its
 //! plan says so: at a record count of one subtask, with a seeded probability per batch, or while
@@ -21,6 +33,14 @@
 //! assert_eq!(err.task_failure().unwrap().subtask, 1);
 //! assert_eq!(fail.injected(), 1);
 //! ```
+
+mod coordinator;
+mod harness;
+mod pass_through;
+
+pub use coordinator::{CoordinatorFault, CoordinatorFaultInjector, FaultyLogic};
+pub use harness::OperatorTestHarness;
+pub use pass_through::PassThrough;
 
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::state::{OperatorState, ValueState};
@@ -292,4 +312,29 @@ impl Operator<u64> for KeyedCounter {
         self.counts.restore_from(&state)?;
         Ok(())
     }
+}
+
+/// Deals the states snapshotted by the `old.len()` subtasks of an operator to `new_parallelism`
+/// new subtasks exactly as a restore does: at the same parallelism each subtask gets its own
+/// state back; otherwise list entries are cut into contiguous, even shares and keyed entries go
+/// to the subtask owning their key group (of `max_parallelism`).
+///
+/// ```
+/// use sluice_runtime::OperatorState;
+/// use sluice_runtime::testing::rescale_states;
+///
+/// let old = vec![
+///     OperatorState::from_entries(vec![vec![1], vec![2], vec![3]]),
+///     OperatorState::from_entries(vec![vec![4]]),
+/// ];
+/// let new = rescale_states(old, 3, 128);
+/// assert_eq!(new[0].entries(), &[vec![1], vec![2]]);
+/// assert_eq!(new[2].entries(), &[vec![4]]);
+/// ```
+pub fn rescale_states(
+    old: Vec<OperatorState>,
+    new_parallelism: usize,
+    max_parallelism: usize,
+) -> Vec<OperatorState> {
+    crate::state::redistribute(old, new_parallelism, max_parallelism)
 }

@@ -1,0 +1,71 @@
+//! Key groups: the unit in which keys are spread over subtasks and keyed state is rescaled.
+//!
+//! Keys are hashed with a fixed, seedless hash into one of `max_parallelism` key groups, and key
+//! groups are spread over subtasks in contiguous ranges, so that the same key reaches the same
+//! subtask in every run and keyed state can be rescaled by moving whole key groups. This is the
+//! lowest layer both the exchanges (`key_by` routing) and the state (keyed entries and their
+//! redistribution at restore) use.
+
+use std::hash::{Hash, Hasher};
+
+/// The key group of a key: a stable hash of the key, reduced to `0..max_parallelism`.
+///
+/// ```
+/// use sluice_runtime::key_groups::{key_group, subtask_for_key_group};
+/// let g = key_group(&"user-7", 128);
+/// assert!(g < 128);
+/// assert_eq!(g, key_group(&"user-7", 128)); // stable
+/// assert!(subtask_for_key_group(g, 128, 4) < 4);
+/// ```
+#[inline]
+pub fn key_group<K: Hash + ?Sized>(key: &K, max_parallelism: usize) -> usize {
+    let mut h = rustc_hash::FxHasher::default();
+    key.hash(&mut h);
+    // FxHash leaves low bits weak for small integers; mix before reducing.
+    let mixed = mix64(h.finish());
+    ((mixed >> 32) as usize * max_parallelism) >> 32
+}
+
+/// The subtask that owns `key_group` when `max_parallelism` key groups are spread over
+/// `parallelism` subtasks in contiguous ranges.
+#[inline]
+pub fn subtask_for_key_group(
+    key_group: usize,
+    max_parallelism: usize,
+    parallelism: usize,
+) -> usize {
+    key_group * parallelism / max_parallelism
+}
+
+#[inline]
+fn mix64(mut z: u64) -> u64 {
+    // The finaliser of SplitMix64: a cheap, well-distributed bijection.
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_groups_spread_evenly_over_subtasks() {
+        let mut counts = [0usize; 4];
+        for k in 0u64..100_000 {
+            counts[subtask_for_key_group(key_group(&k, 128), 128, 4)] += 1;
+        }
+        for c in counts {
+            assert!((20_000..30_000).contains(&c), "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn every_key_group_maps_into_range() {
+        for p in 1..=16 {
+            for g in 0..128 {
+                assert!(subtask_for_key_group(g, 128, p) < p);
+            }
+        }
+    }
+}
