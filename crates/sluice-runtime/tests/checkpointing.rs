@@ -253,34 +253,36 @@ async fn restoring_into_a_different_job_graph_is_a_clear_error() {
     assert!(err.to_string().contains("cannot restore"), "{err}");
 }
 
-#[test]
-fn checkpoint_configuration_errors_name_the_bad_value() {
+/// Submits a 10-record job checkpointing with `configure`, inside a runtime, and returns the
+/// error `submit` must refuse it with.
+fn refused_at_submit(configure: impl FnOnce(&StreamEnvironment)) -> JobError {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
     let _guard = rt.enter();
-
     let env = StreamEnvironment::new();
-    env.enable_checkpointing(Duration::ZERO);
+    env.enable_checkpointing(Duration::from_millis(10));
+    configure(&env);
     env.from_iter(0u64..10).discard();
-    let err = env
-        .submit("zero")
+    env.submit("refused")
         .err()
-        .expect("interval 0 must be refused");
+        .expect("the configuration must be refused at submit")
+}
+
+#[test]
+fn checkpoint_configuration_errors_name_the_bad_value() {
+    let err = refused_at_submit(|env| {
+        env.enable_checkpointing(Duration::ZERO);
+    });
     assert!(err.to_string().contains("interval"), "{err}");
 
     let file = tempfile::NamedTempFile::new().unwrap();
     let under_file = file.path().join("checkpoints");
-    let env = StreamEnvironment::new();
-    env.enable_checkpointing(Duration::from_millis(10));
-    env.set_checkpoint_storage(&under_file);
-    env.from_iter(0u64..10).discard();
-    let err = env
-        .submit("unwritable")
-        .err()
-        .expect("an unwritable directory must be refused");
+    let err = refused_at_submit(|env| {
+        env.set_checkpoint_storage(&under_file);
+    });
     assert!(
         err.to_string().contains(&under_file.display().to_string()),
         "{err}"
@@ -289,20 +291,9 @@ fn checkpoint_configuration_errors_name_the_bad_value() {
 
 #[test]
 fn an_empty_checkpoint_storage_path_is_refused_at_submit() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let _guard = rt.enter();
-    let env = StreamEnvironment::new();
-    env.enable_checkpointing(Duration::from_millis(10));
-    env.set_checkpoint_storage("");
-    env.from_iter(0u64..10).discard();
-    let err = env
-        .submit("empty path")
-        .err()
-        .expect("an empty checkpoint storage path must be refused");
+    let err = refused_at_submit(|env| {
+        env.set_checkpoint_storage("");
+    });
     assert!(
         matches!(err, JobError::InvalidJob(_)) && err.to_string().contains("\"\""),
         "{err}"

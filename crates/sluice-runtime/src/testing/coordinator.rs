@@ -1,14 +1,14 @@
 //! [`CoordinatorFaultInjector`]: operator coordinators that fail on plan, to test that a job
 //! with coordinators fails over and recovers.
 
-use super::{INJECTED, SplitMix64, quiet_injected_panics};
+use super::{Budget, INJECTED, SplitMix64, quiet_injected_panics};
 use sluice_coordinator::{
     CheckpointResult, CoordinatorContext, CoordinatorContextBase, CoordinatorError,
     CoordinatorFuture, CoordinatorLogic, CoordinatorProvider, OperatorCoordinator, SubtaskGateway,
 };
 use sluice_core::{AttemptNumber, CheckpointId, OperatorEvent, SubtaskIndex, UserError};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// When an injected coordinator failure fires.
 #[derive(Clone, Copy, Debug)]
@@ -78,8 +78,7 @@ pub enum CoordinatorFault {
 pub struct CoordinatorFaultInjector {
     trigger: Trigger,
     fault: CoordinatorFault,
-    budget: Arc<AtomicU32>,
-    injected: Arc<AtomicU32>,
+    budget: Budget,
     instances: Arc<AtomicU64>,
 }
 
@@ -88,8 +87,7 @@ impl CoordinatorFaultInjector {
         CoordinatorFaultInjector {
             trigger,
             fault: CoordinatorFault::ReturnError,
-            budget: Arc::new(AtomicU32::new(1)),
-            injected: Arc::new(AtomicU32::new(0)),
+            budget: Budget::new(),
             instances: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -119,13 +117,13 @@ impl CoordinatorFaultInjector {
 
     /// At most `failures` failures over the whole job (default 1). Shared by all clones.
     pub fn times(self, failures: u32) -> Self {
-        self.budget.store(failures, Ordering::SeqCst);
+        self.budget.set(failures);
         self
     }
 
     /// How many failures were injected so far, by all clones.
     pub fn injected(&self) -> u32 {
-        self.injected.load(Ordering::SeqCst)
+        self.budget.injected()
     }
 
     /// A provider whose coordinators are `provider`'s, failing on plan. Supports
@@ -210,17 +208,12 @@ impl Plan {
             }
             _ => false,
         };
-        armed
-            && self
-                .injector
-                .budget
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(1))
-                .is_ok()
+        armed && self.injector.budget.take()
     }
 
     /// Counts the failure and describes it.
     fn message(&self, operator: &str, what: &str) -> String {
-        let n = self.injector.injected.fetch_add(1, Ordering::SeqCst) + 1;
+        let n = self.injector.budget.count();
         format!("{INJECTED} #{n} in the coordinator of '{operator}' while {what}")
     }
 }

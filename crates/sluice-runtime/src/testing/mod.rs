@@ -68,6 +68,46 @@ fn quiet_injected_panics() {
     });
 }
 
+/// The failures an injector may still inject, and how many it did, shared by its clones (so
+/// counted over the whole job, across restarts).
+#[derive(Clone, Debug)]
+struct Budget {
+    left: Arc<AtomicU32>,
+    injected: Arc<AtomicU32>,
+}
+
+impl Budget {
+    /// One failure to inject.
+    fn new() -> Self {
+        Budget {
+            left: Arc::new(AtomicU32::new(1)),
+            injected: Arc::new(AtomicU32::new(0)),
+        }
+    }
+
+    /// Sets how many failures are left.
+    fn set(&self, failures: u32) {
+        self.left.store(failures, Ordering::SeqCst);
+    }
+
+    /// Takes one failure from the budget; false when none is left.
+    fn take(&self) -> bool {
+        self.left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Counts one injected failure; returns its number (1-based).
+    fn count(&self) -> u32 {
+        self.injected.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// How many failures were injected.
+    fn injected(&self) -> u32 {
+        self.injected.load(Ordering::SeqCst)
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Trigger {
     /// Subtask `subtask` panics when it has seen `records` records in the current attempt.
@@ -81,8 +121,7 @@ enum Trigger {
 pub struct FailureInjector {
     trigger: Trigger,
     in_snapshot: bool,
-    budget: Arc<AtomicU32>,
-    injected: Arc<AtomicU32>,
+    budget: Budget,
     seen: u64,
     subtask: usize,
     rng: u64,
@@ -94,8 +133,7 @@ impl FailureInjector {
         FailureInjector {
             trigger,
             in_snapshot: false,
-            budget: Arc::new(AtomicU32::new(1)),
-            injected: Arc::new(AtomicU32::new(0)),
+            budget: Budget::new(),
             seen: 0,
             subtask: 0,
             rng: 0,
@@ -123,13 +161,13 @@ impl FailureInjector {
 
     /// At most `failures` failures over the whole job (default 1).
     pub fn times(self, failures: u32) -> Self {
-        self.budget.store(failures, Ordering::SeqCst);
+        self.budget.set(failures);
         self
     }
 
     /// How many failures were injected so far.
     pub fn injected(&self) -> u32 {
-        self.injected.load(Ordering::SeqCst)
+        self.budget.injected()
     }
 
     fn next_random(&mut self) -> u64 {
@@ -153,14 +191,12 @@ impl FailureInjector {
     }
 
     fn take_budget(&self) -> bool {
-        self.budget
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(1))
-            .is_ok()
+        self.budget.take()
     }
 
     fn fail(&self, where_: &str) -> ! {
         quiet_injected_panics();
-        let n = self.injected.fetch_add(1, Ordering::SeqCst) + 1;
+        let n = self.budget.count();
         panic!("{INJECTED} #{n} {where_} (subtask {})", self.subtask);
     }
 }
