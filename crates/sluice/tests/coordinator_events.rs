@@ -143,6 +143,9 @@ impl Operator<u64> for Recorder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_before_a_coordinator_snapshot_precede_the_barrier_and_events_after_it_follow() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
     let p = 3;
     let logs: Logs = Arc::new(Mutex::new(vec![Vec::new(); p]));
     let storage = tempfile::tempdir().unwrap();
@@ -156,7 +159,7 @@ async fn events_before_a_coordinator_snapshot_precede_the_barrier_and_events_aft
                 base: CoordinatorContextBase::new(ctx)?,
             }))
         };
-    env.from_generator(Generator::new(|i| i).take(30_000).rate_limit(300_000.0))
+    env.from_generator(Generator::new(|i| i).rate_limit(300_000.0))
         .rebalance()
         .transform_with_coordinator(
             "Recorder",
@@ -167,8 +170,16 @@ async fn events_before_a_coordinator_snapshot_precede_the_barrier_and_events_aft
             provider,
         )
         .discard();
-    let result = env.execute("valve").await.unwrap();
-    assert!(result.completed_checkpoints >= 5, "{result:?}");
+    // Enough checkpoints whatever the machine's load: wait for six more to complete, then stop.
+    let job = env.submit("valve").unwrap();
+    for _ in 0..6 {
+        let pending = job.trigger_checkpoint().await.unwrap();
+        pending.completed().await.unwrap();
+    }
+    let savepoint = job.stop_with_savepoint().await.unwrap();
+    let result = job.await.unwrap();
+    assert_eq!(result.stopped_with_savepoint, Some(savepoint));
+    assert!(result.completed_checkpoints >= 7, "{result:?}");
 
     for (s, log) in logs.lock().unwrap().iter().enumerate() {
         let pos = |what: &str| log.iter().position(|l| l == what);

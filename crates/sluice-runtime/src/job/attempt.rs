@@ -124,8 +124,11 @@ pub(crate) enum Fact {
     },
     /// A coordinator could not take its part of checkpoint `id`.
     CoordinatorSnapshotFailed { id: CheckpointId, reason: String },
-    /// A coordinator failed the job, or an event it sent was lost.
+    /// A coordinator failed the job.
     CoordinatorFailed(JobError),
+    /// An event a coordinator sent was lost while its target ran: the attempt must fail over to
+    /// stay consistent.
+    EventLost(JobError),
     /// Checkpoint `id` is durable.
     Persisted(CheckpointId),
     /// Checkpoint `id` could not be written.
@@ -205,6 +208,8 @@ pub(crate) struct AttemptMachine {
     /// The savepoint a stop waits for to end the job, once it completed.
     stopped_at: Option<CheckpointId>,
     running: usize,
+    /// Every task was told to finish.
+    finishing: bool,
     flushing: bool,
     ended: bool,
 }
@@ -233,6 +238,7 @@ impl AttemptMachine {
             requests: BTreeMap::new(),
             stopped_at: None,
             running,
+            finishing: false,
             flushing: false,
             ended: false,
         };
@@ -287,6 +293,8 @@ impl AttemptMachine {
             return out;
         }
         match fact {
+            // Once the tasks were told to finish, no new checkpoint starts.
+            Fact::Time if self.finishing => {}
             Fact::Time => {
                 let d = self.planner_do(|p| p.on_time(now_ms));
                 self.apply(d, now_ms, &mut out);
@@ -300,8 +308,16 @@ impl AttemptMachine {
                     self.all_exited(&mut out);
                 }
             }
+            // Told to finish, a task may end before its peers read their last message: a peer
+            // that lost its channel then is not a failure.
+            Fact::TaskFailed(e) if self.finishing && !e.is_root_cause() => {
+                return self.on(Fact::TaskExited, now_ms);
+            }
             Fact::TaskFailed(e) => self.end(AttemptEnd::TaskFailed(e), &mut out),
             Fact::CoordinatorFailed(e) => self.end(AttemptEnd::Failed(e), &mut out),
+            // An event lost to a task that finished on request is of no consequence.
+            Fact::EventLost(_) if self.finishing => {}
+            Fact::EventLost(e) => self.end(AttemptEnd::Failed(e), &mut out),
             Fact::CoordinatorsSnapshotted { id, states } => {
                 let Some(a) = self.awaiting.remove(&id) else {
                     return out; // aborted meanwhile
@@ -470,12 +486,16 @@ impl AttemptMachine {
                         out.push(Action::RequestDone(r, Ok(id)));
                         if kind == RequestKind::StopWithSavepoint && self.stopped_at.is_none() {
                             self.stopped_at = Some(id);
+                            self.finishing = true;
                             out.push(Action::FinishTasks);
                         }
                     }
                 }
                 Decision::Abort { id, reason } => self.abort(id, reason, out),
-                Decision::Finish => out.push(Action::FinishTasks),
+                Decision::Finish => {
+                    self.finishing = true;
+                    out.push(Action::FinishTasks);
+                }
             }
         }
     }

@@ -373,7 +373,7 @@ impl AttemptContext<'_> {
                 }
             }
             if let Some(e) = io.coordinators.lost_event() {
-                actions.extend(machine.on(Fact::CoordinatorFailed(e), ms_since(self.start)));
+                actions.extend(machine.on(Fact::EventLost(e), ms_since(self.start)));
                 continue;
             }
             let fact = io
