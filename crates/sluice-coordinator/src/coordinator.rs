@@ -8,6 +8,14 @@ use crate::gateway::SubtaskGateway;
 use sluice_core::{AttemptNumber, CheckpointId, OperatorEvent, SubtaskIndex};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+
+/// Queues an event from a subtask straight onto a coordinator's thread, without passing through
+/// the job master: see [`OperatorCoordinator::direct_event_handler`]. It must not block; it fails
+/// when the coordinator's queue is full.
+pub type DirectEventHandler = Arc<
+    dyn Fn(SubtaskIndex, AttemptNumber, OperatorEvent) -> Result<(), CoordinatorError> + Send + Sync,
+>;
 
 /// What every coordinator method returns: a future the job master awaits.
 ///
@@ -210,6 +218,17 @@ pub trait OperatorCoordinator: Send {
     /// [`CoordinatorContextBase::flush`](crate::CoordinatorContextBase::flush)).
     fn flush(&mut self) -> CoordinatorFuture<'_> {
         done(Ok(()))
+    }
+
+    /// A handler that subtasks may call to queue their events straight onto the coordinator's
+    /// thread, instead of sending them to the job master, which would call
+    /// [`handle_event_from_operator`](Self::handle_event_from_operator). It must keep the same
+    /// guarantees: events of one subtask handled in send order, ordered with the master's calls
+    /// by the coordinator's queue, and events of attempts that are no longer ready dropped (the
+    /// handler checks that on the coordinator thread). `None` (the default) keeps every event on
+    /// the master's path. [`BaseCoordinator`](crate::BaseCoordinator) provides one.
+    fn direct_event_handler(&self) -> Option<DirectEventHandler> {
+        None
     }
 }
 

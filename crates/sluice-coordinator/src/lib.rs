@@ -50,7 +50,9 @@ pub mod valve;
 pub use base::{BaseOptions, CoordinatorContextBase, PeriodicCall};
 pub use checkpoint::{CheckpointDeclined, CheckpointFuture, CheckpointOutcome, CheckpointResult};
 pub use context::{CoordinatorContext, JobFailureHook, NO_CHECKPOINT};
-pub use coordinator::{CoordinatorFuture, CoordinatorProvider, OperatorCoordinator, done};
+pub use coordinator::{
+    CoordinatorFuture, CoordinatorProvider, DirectEventHandler, OperatorCoordinator, done,
+};
 pub use error::{
     CallError, CallFailure, CoordinatorError, CoordinatorFailure, GatewayError, SendError,
     SubmitError, ThreadFactoryError,

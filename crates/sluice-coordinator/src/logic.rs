@@ -32,7 +32,7 @@
 use crate::base::CoordinatorContextBase;
 use crate::checkpoint::CheckpointResult;
 use crate::context::CoordinatorContext;
-use crate::coordinator::{CoordinatorFuture, CoordinatorProvider, OperatorCoordinator, done};
+use crate::coordinator::{DirectEventHandler, CoordinatorFuture, CoordinatorProvider, OperatorCoordinator, done};
 use crate::error::CoordinatorError;
 use crate::gateway::SubtaskGateway;
 use sluice_core::{AttemptNumber, CheckpointId, OperatorEvent, SubtaskIndex, UserError};
@@ -159,6 +159,26 @@ impl<L: CoordinatorLogic> BaseCoordinator<L> {
 }
 
 impl<L: CoordinatorLogic> OperatorCoordinator for BaseCoordinator<L> {
+    fn direct_event_handler(&self) -> Option<DirectEventHandler> {
+        let (base, logic) = (self.base.clone(), self.logic.clone());
+        Some(Arc::new(move |subtask, attempt, event| {
+            let (b, logic) = (base.clone(), logic.clone());
+            base.run_in_event_loop(
+                move || {
+                    // Checked on the coordinator thread, in order with the gateway changes.
+                    if !b.accepts_event_from(subtask, attempt) {
+                        return Ok(());
+                    }
+                    let mut logic = logic
+                        .lock()
+                        .map_err(|_| "the coordinator logic panicked before")?;
+                    logic.handle_event(&b, subtask, attempt, event)
+                },
+                "handle an operator event",
+            )
+        }))
+    }
+
     fn flush(&mut self) -> CoordinatorFuture<'_> {
         let base = self.base.clone();
         Box::pin(async move { base.flush().await })

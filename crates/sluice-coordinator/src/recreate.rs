@@ -4,7 +4,7 @@
 
 use crate::checkpoint::CheckpointResult;
 use crate::context::CoordinatorContext;
-use crate::coordinator::{CoordinatorFuture, CoordinatorProvider, OperatorCoordinator};
+use crate::coordinator::{DirectEventHandler, CoordinatorFuture, CoordinatorProvider, OperatorCoordinator};
 use crate::error::{CoordinatorError, SubmitError};
 use crate::gateway::SubtaskGateway;
 use crate::util::lock;
@@ -380,6 +380,14 @@ impl OperatorCoordinator for RecreateOnResetCoordinator {
         event: OperatorEvent,
     ) -> CoordinatorFuture<'_> {
         Box::pin(self.dispatch(Call::HandleEvent(subtask, attempt, event)))
+    }
+
+    fn direct_event_handler(&self) -> Option<DirectEventHandler> {
+        // Only a settled instance: during a replacement, events queue with the other calls.
+        match &self.slot {
+            Slot::Ready(instance) => instance.coordinator.direct_event_handler(),
+            Slot::Closed | Slot::Switching(_) => None,
+        }
     }
 
     fn flush(&mut self) -> CoordinatorFuture<'_> {

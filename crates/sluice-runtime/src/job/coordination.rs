@@ -19,6 +19,7 @@
 use crate::error::{CoordinatorFailureInfo, JobError};
 use crate::graph::StreamGraph;
 use crate::job::plan::Plan;
+use crate::operator::to_coordinator::{DirectSlot, ToCoordinator};
 use crate::task::control::TaskControl;
 use futures::future::BoxFuture;
 use sluice_coordinator::valve::{EventId, EventValve, Readiness, Release, SendOutcome};
@@ -33,18 +34,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
-
-/// How many events from operators to coordinators may wait for the job master.
-pub(crate) const TO_COORDINATOR_CAPACITY: usize = 1024;
-
-/// An event from an operator subtask to its coordinator.
-#[derive(Debug)]
-pub(crate) struct ToCoordinator {
-    pub(crate) node: NodeId,
-    pub(crate) subtask: SubtaskIndex,
-    pub(crate) attempt: AttemptNumber,
-    pub(crate) event: OperatorEvent,
-}
 
 /// What the valve transport shares with the holder.
 struct Shared {
@@ -170,6 +159,8 @@ struct Holder {
     shared: Arc<Shared>,
     live: LiveAttempts,
     attempts: Vec<Option<AttemptNumber>>,
+    /// The subtasks' direct path to the coordinator's thread, open while an attempt runs.
+    direct: DirectSlot,
 }
 
 /// Every coordinator of a job.
@@ -236,9 +227,18 @@ impl Coordinators {
                 }),
                 live: LiveAttempts::new(p),
                 attempts: vec![None; p],
+                direct: DirectSlot::default(),
             });
         }
         Ok(Coordinators { holders })
+    }
+
+    /// The direct path of each operator with a coordinator, for its subtasks' contexts.
+    pub(crate) fn direct_slots(&self) -> BTreeMap<NodeId, DirectSlot> {
+        self.holders
+            .iter()
+            .map(|h| (h.node, h.direct.clone()))
+            .collect()
     }
 
     /// Whether the job has any coordinator.
@@ -291,6 +291,10 @@ impl Coordinators {
                     .await
                     .map_err(|e| coordinator_error(h.node, &h.name, "accept a ready subtask", e))?;
             }
+            // Every call so far is queued on the coordinator (a replacement has replayed
+            // them): from now on the subtasks may queue their events directly behind them.
+            h.coordinator.settled().await;
+            h.direct.set(h.coordinator.direct_event_handler());
         }
         Ok(())
     }
@@ -485,6 +489,7 @@ impl Coordinators {
         restore: Option<(CheckpointId, &BTreeMap<NodeId, Vec<u8>>)>,
     ) -> Result<(), JobError> {
         for h in &mut self.holders {
+            h.direct.set(None);
             for s in 0..h.parallelism {
                 if let Some(attempt) = h.attempts[s].take() {
                     let target = SubtaskAttempt::new(s, attempt);
@@ -525,6 +530,7 @@ impl Coordinators {
     /// Closes every coordinator (errors are logged: closing never fails a job).
     pub(crate) async fn close(&mut self) {
         for h in &mut self.holders {
+            h.direct.set(None);
             if let Err(e) = h.coordinator.close().await {
                 tracing::warn!(operator = %h.name, error = %e, "closing a coordinator failed");
             }

@@ -5,7 +5,9 @@ use crate::error::JobError;
 use crate::graph::erased::{AnyBox, RunnableTask, TaskParts};
 use crate::graph::{NodeKind, StreamGraph};
 use crate::job::JobConfig;
-use crate::job::coordination::{TO_COORDINATOR_CAPACITY, ToCoordinator};
+use crate::operator::to_coordinator::{
+    CoordinatorLink, DirectSlot, TO_COORDINATOR_CAPACITY, ToCoordinator,
+};
 use crate::job::plan::Plan;
 use crate::metrics::{JobMetrics, OperatorMetrics, SubtaskMetrics};
 use crate::operator::{ContextParts, OperatorContext};
@@ -105,9 +107,12 @@ pub(crate) fn deploy(
     config: &JobConfig,
     attempt: AttemptNumber,
     restore: Option<&CompletedCheckpoint>,
-    checkpointing: bool,
-    max_concurrent_checkpoints: usize,
+    // With checkpointing: how many checkpoints may be in progress at once.
+    max_concurrent_checkpoints: Option<usize>,
+    direct_slots: &BTreeMap<NodeId, DirectSlot>,
 ) -> Result<Deployment, JobError> {
+    let checkpointing = max_concurrent_checkpoints.is_some();
+    let max_concurrent_checkpoints = max_concurrent_checkpoints.unwrap_or(1);
     let mut shares = restored_shares(graph, plan, config, restore)?;
     let (to_coordinator_tx, to_coordinators) = mpsc::channel(TO_COORDINATOR_CAPACITY);
     let mut node_mailboxes = BTreeMap::new();
@@ -136,7 +141,10 @@ pub(crate) fn deploy(
                         attempt_number: attempt,
                         metrics: m,
                         checkpointing,
-                        to_coordinator: n.coordinator.as_ref().map(|_| to_coordinator_tx.clone()),
+                        to_coordinator: n.coordinator.as_ref().map(|_| CoordinatorLink {
+                            master: to_coordinator_tx.clone(),
+                            direct: direct_slots.get(&n.id).cloned().unwrap_or_default(),
+                        }),
                     })
                 })
                 .collect()

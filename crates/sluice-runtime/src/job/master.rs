@@ -19,7 +19,8 @@ use crate::job::attempt::{
     Action, AttemptEnd, AttemptMachine, CheckpointCounts, Fact, JobCheckpoints, Layout, RequestId,
     RequestKind,
 };
-use crate::job::coordination::{Coordinators, ToCoordinator, reported_failure};
+use crate::job::coordination::{Coordinators, reported_failure};
+use crate::operator::to_coordinator::ToCoordinator;
 use crate::job::deploy::{Deployment, MetricsRegistry, deploy};
 use crate::job::plan::Plan;
 use crate::metrics::JobMetrics;
@@ -307,10 +308,10 @@ impl AttemptContext<'_> {
             &spec.config,
             self.attempt,
             self.restore.as_ref(),
-            spec.checkpointing.is_some(),
             spec.checkpointing
                 .as_ref()
-                .map_or(1, |c| c.settings.max_concurrent),
+                .map(|c| c.settings.max_concurrent),
+            &coordinators.direct_slots(),
         );
         let Deployment {
             tasks,

@@ -1,10 +1,9 @@
 //! [`OperatorContext`]: what an operator instance knows about where it runs.
 
-use crate::job::coordination::ToCoordinator;
 use crate::metrics::OperatorMetrics;
+use crate::operator::to_coordinator::{CoordinatorLink, LinkError};
 use sluice_core::{AttemptNumber, NodeId, OperatorEvent, SubtaskIndex, UserError};
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 /// Where an operator instance runs: its operator, subtask, parallelism and attempt.
 ///
@@ -32,7 +31,7 @@ pub(crate) struct ContextParts {
     pub(crate) attempt_number: AttemptNumber,
     pub(crate) metrics: Arc<OperatorMetrics>,
     pub(crate) checkpointing: bool,
-    pub(crate) to_coordinator: Option<mpsc::Sender<ToCoordinator>>,
+    pub(crate) to_coordinator: Option<CoordinatorLink>,
 }
 
 #[derive(Debug)]
@@ -45,7 +44,7 @@ struct Inner {
     attempt_number: AttemptNumber,
     metrics: Arc<OperatorMetrics>,
     checkpointing: bool,
-    to_coordinator: Option<mpsc::Sender<ToCoordinator>>,
+    to_coordinator: Option<CoordinatorLink>,
 }
 
 impl OperatorContext {
@@ -129,29 +128,17 @@ impl OperatorContext {
 
     /// Sends an encoded event to this operator's coordinator. It reaches the coordinator's
     /// `handle_event_from_operator` with this subtask's index and attempt number, in send order.
-    /// Fails if the operator has no coordinator, or if the job master's bounded event queue is
-    /// full (the coordinator is far behind).
+    /// Fails if the operator has no coordinator, or if the bounded queue on the way is full (the
+    /// coordinator is far behind).
     pub fn send_event_to_coordinator(&self, event: OperatorEvent) -> Result<(), UserError> {
-        let Some(tx) = &self.inner.to_coordinator else {
+        let Some(link) = &self.inner.to_coordinator else {
             return Err(format!("{} has no coordinator to send events to", self.describe()).into());
         };
-        tx.try_send(ToCoordinator {
-            node: self.inner.operator_id,
-            subtask: self.inner.subtask_index,
-            attempt: self.inner.attempt_number,
-            event,
-        })
-        .map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => format!(
-                "{}: the queue of events to the coordinator is full ({} events)",
-                self.describe(),
-                crate::job::coordination::TO_COORDINATOR_CAPACITY
-            )
-            .into(),
-            mpsc::error::TrySendError::Closed(_) => {
-                format!("{}: the job master is gone", self.describe()).into()
-            }
-        })
+        let i = &self.inner;
+        link.send(i.operator_id, i.subtask_index, i.attempt_number, event)
+            .map_err(|e| match e {
+                LinkError::Full(m) | LinkError::Gone(m) => format!("{}: {m}", self.describe()).into(),
+            })
     }
 
     /// Encodes `event` with the sluice codec and sends it to the coordinator (see

@@ -41,6 +41,7 @@
 mod builtin;
 mod collector;
 mod context;
+pub(crate) mod to_coordinator;
 
 pub(crate) use builtin::{FilterOp, FlatMapOp, IdentityOp, MapOp};
 pub use collector::Collector;
