@@ -199,7 +199,9 @@ impl LocalCounters {
 /// A handle on the metrics of every subtask of one async wait operator.
 ///
 /// Get it from [`AsyncWait::metrics`](crate::AsyncWait::metrics) before the job starts; read it
-/// during the run or after. A restarted subtask replaces its earlier counters.
+/// during the run or after. Figures cover the whole job: when a subtask restarts after a
+/// failure, what its earlier attempts counted is kept and added in (their requests in flight
+/// no longer count). [`attempt_total`](Self::attempt_total) reads the running attempt only.
 ///
 /// ```
 /// use sluice_async_io::{AsyncWait, async_fn};
@@ -224,34 +226,73 @@ impl LocalCounters {
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct AsyncMetrics {
-    subtasks: Arc<Mutex<Vec<Arc<SubtaskCounters>>>>,
+    inner: Arc<Mutex<Registered>>,
+}
+
+#[derive(Debug, Default)]
+struct Registered {
+    /// The counters of each subtask's running (or last) attempt.
+    current: Vec<Arc<SubtaskCounters>>,
+    /// What earlier attempts of each subtask counted.
+    earlier: Vec<(usize, AsyncMetricsSnapshot)>,
 }
 
 impl AsyncMetrics {
-    /// Registers (or replaces) the counters of `subtask`.
+    /// Registers the counters of a new attempt of `subtask`; what its previous attempt counted
+    /// is kept.
     pub(crate) fn register(&self, subtask: usize) -> Arc<SubtaskCounters> {
         let counters = Arc::new(SubtaskCounters::new(subtask));
-        let mut all = lock(&self.subtasks);
-        all.retain(|c| c.subtask != subtask);
-        all.push(counters.clone());
-        all.sort_by_key(|c| c.subtask);
+        let mut r = lock(&self.inner);
+        if let Some(i) = r.current.iter().position(|c| c.subtask == subtask) {
+            let mut ended = r.current.remove(i).read();
+            ended.in_flight = 0; // that attempt is gone
+            match r.earlier.iter_mut().find(|(s, _)| *s == subtask) {
+                Some((_, sum)) => {
+                    sum.merge(&ended);
+                    sum.subtasks = 1;
+                }
+                None => r.earlier.push((subtask, ended)),
+            }
+        }
+        r.current.push(counters.clone());
+        r.current.sort_by_key(|c| c.subtask);
         counters
     }
 
-    /// One snapshot per subtask that has opened, by subtask index.
+    /// One snapshot per subtask that has opened, by subtask index, over every attempt.
     pub fn subtasks(&self) -> Vec<(usize, AsyncMetricsSnapshot)> {
-        let all = lock(&self.subtasks);
-        all.iter().map(|c| (c.subtask, c.read())).collect()
+        let r = lock(&self.inner);
+        r.current
+            .iter()
+            .map(|c| {
+                let mut s = c.read();
+                if let Some((_, earlier)) = r.earlier.iter().find(|(i, _)| *i == c.subtask) {
+                    s.merge(earlier);
+                    s.subtasks = 1;
+                }
+                (c.subtask, s)
+            })
+            .collect()
     }
 
-    /// The sum over all subtasks (latency histograms merged).
+    /// The sum over all subtasks and attempts (latency histograms merged).
     pub fn total(&self) -> AsyncMetricsSnapshot {
-        let mut total = AsyncMetricsSnapshot::default();
-        for (_, s) in self.subtasks() {
-            total.merge(&s);
-        }
-        total
+        sum(self.subtasks())
     }
+
+    /// The sum over all subtasks of the running (or last) attempt only.
+    pub fn attempt_total(&self) -> AsyncMetricsSnapshot {
+        let r = lock(&self.inner);
+        sum(r.current.iter().map(|c| (c.subtask, c.read())).collect())
+    }
+}
+
+fn sum(snapshots: Vec<(usize, AsyncMetricsSnapshot)>) -> AsyncMetricsSnapshot {
+    let mut total = AsyncMetricsSnapshot::default();
+    for (_, s) in snapshots {
+        total.merge(&s);
+    }
+    total
 }
 
 /// The metrics of one subtask, or of several summed, at one point in time.
@@ -411,9 +452,37 @@ mod tests {
         assert_eq!(s.latency.count(), 2);
         assert_eq!(s.latency.max(), Duration::from_millis(10));
         assert_eq!(s.latency.quantile(0.0), Duration::from_micros(3));
-        // A restarted subtask replaces its counters.
+        // A restarted subtask starts new counters; the job's figures keep the old ones.
         m.register(0);
-        assert_eq!(m.total().completed, 0);
+        assert_eq!(m.attempt_total().completed, 0);
+        assert_eq!(m.total().completed, 2);
         assert_eq!(m.subtasks().len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod restart_tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_restarted_subtask_adds_to_what_its_earlier_attempts_counted() {
+        let m = AsyncMetrics::default();
+        let first = m.register(0);
+        first.completed.store(10, Ordering::Relaxed);
+        first.in_flight.store(3, Ordering::Relaxed);
+        let second = m.register(0);
+        second.completed.store(4, Ordering::Relaxed);
+        second.in_flight.store(1, Ordering::Relaxed);
+        let total = m.total();
+        assert_eq!(total.completed, 14, "both attempts");
+        assert_eq!(
+            total.in_flight, 1,
+            "only the running attempt has requests in flight"
+        );
+        assert_eq!(total.subtasks, 1);
+        assert_eq!(m.attempt_total().completed, 4);
+        m.register(0).completed.store(1, Ordering::Relaxed);
+        assert_eq!(m.total().completed, 15);
     }
 }

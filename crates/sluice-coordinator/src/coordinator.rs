@@ -14,7 +14,9 @@ use std::sync::Arc;
 /// the job master: see [`OperatorCoordinator::direct_event_handler`]. It must not block; it fails
 /// when the coordinator's queue is full.
 pub type DirectEventHandler = Arc<
-    dyn Fn(SubtaskIndex, AttemptNumber, OperatorEvent) -> Result<(), CoordinatorError> + Send + Sync,
+    dyn Fn(SubtaskIndex, AttemptNumber, OperatorEvent) -> Result<(), CoordinatorError>
+        + Send
+        + Sync,
 >;
 
 /// What every coordinator method returns: a future the job master awaits.

@@ -32,7 +32,9 @@
 use crate::base::CoordinatorContextBase;
 use crate::checkpoint::CheckpointResult;
 use crate::context::CoordinatorContext;
-use crate::coordinator::{DirectEventHandler, CoordinatorFuture, CoordinatorProvider, OperatorCoordinator, done};
+use crate::coordinator::{
+    CoordinatorFuture, CoordinatorProvider, DirectEventHandler, OperatorCoordinator, done,
+};
 use crate::error::CoordinatorError;
 use crate::gateway::SubtaskGateway;
 use sluice_core::{AttemptNumber, CheckpointId, OperatorEvent, SubtaskIndex, UserError};

@@ -4,7 +4,9 @@
 
 use crate::checkpoint::CheckpointResult;
 use crate::context::CoordinatorContext;
-use crate::coordinator::{DirectEventHandler, CoordinatorFuture, CoordinatorProvider, OperatorCoordinator};
+use crate::coordinator::{
+    CoordinatorFuture, CoordinatorProvider, DirectEventHandler, OperatorCoordinator,
+};
 use crate::error::{CoordinatorError, SubmitError};
 use crate::gateway::SubtaskGateway;
 use crate::util::lock;

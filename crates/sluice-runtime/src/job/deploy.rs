@@ -5,11 +5,11 @@ use crate::error::JobError;
 use crate::graph::erased::{AnyBox, RunnableTask, TaskParts};
 use crate::graph::{NodeKind, StreamGraph};
 use crate::job::JobConfig;
+use crate::job::plan::Plan;
+use crate::metrics::{JobMetrics, OperatorMetrics, SubtaskMetrics};
 use crate::operator::to_coordinator::{
     CoordinatorLink, DirectSlot, TO_COORDINATOR_CAPACITY, ToCoordinator,
 };
-use crate::job::plan::Plan;
-use crate::metrics::{JobMetrics, OperatorMetrics, SubtaskMetrics};
 use crate::operator::{ContextParts, OperatorContext};
 use crate::state::{OperatorState, redistribute};
 use crate::task::control::{TaskControl, TaskMailbox, TaskReport};

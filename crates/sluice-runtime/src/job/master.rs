@@ -20,10 +20,10 @@ use crate::job::attempt::{
     RequestKind,
 };
 use crate::job::coordination::{Coordinators, reported_failure};
-use crate::operator::to_coordinator::ToCoordinator;
 use crate::job::deploy::{Deployment, MetricsRegistry, deploy};
 use crate::job::plan::Plan;
 use crate::metrics::JobMetrics;
+use crate::operator::to_coordinator::ToCoordinator;
 use crate::task::control::{TaskControl, TaskReport};
 use futures::future::BoxFuture;
 use sluice_coordinator::CoordinatorFailure;

@@ -137,7 +137,9 @@ impl OperatorContext {
         let i = &self.inner;
         link.send(i.operator_id, i.subtask_index, i.attempt_number, event)
             .map_err(|e| match e {
-                LinkError::Full(m) | LinkError::Gone(m) => format!("{}: {m}", self.describe()).into(),
+                LinkError::Full(m) | LinkError::Gone(m) => {
+                    format!("{}: {m}", self.describe()).into()
+                }
             })
     }
 

@@ -89,7 +89,9 @@ impl CoordinatorLink {
             mpsc::error::TrySendError::Full(_) => LinkError::Full(format!(
                 "the queue of events to the coordinator is full ({TO_COORDINATOR_CAPACITY} events)"
             )),
-            mpsc::error::TrySendError::Closed(_) => LinkError::Gone("the job master is gone".into()),
+            mpsc::error::TrySendError::Closed(_) => {
+                LinkError::Gone("the job master is gone".into())
+            }
         })
     }
 }
