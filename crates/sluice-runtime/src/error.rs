@@ -17,7 +17,7 @@ pub enum JobError {
     #[error("{0}")]
     CoordinatorFailed(CoordinatorFailureInfo),
     /// More checkpoints failed in a row than the job tolerates
-    /// ([`CheckpointSettings::tolerable_failed_checkpoints`](crate::checkpoint::CheckpointSettings::tolerable_failed_checkpoints)).
+    /// (`CheckpointSettings::tolerable_failed_checkpoints`).
     #[error(
         "checkpoint {checkpoint} failed: {reason} (more than {tolerated} failed checkpoints in a \
          row; see tolerable_failed_checkpoints)"
