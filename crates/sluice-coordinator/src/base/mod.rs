@@ -18,6 +18,7 @@ use crate::gateway::{AckFuture, SubtaskGateway, SubtaskGateways};
 use crate::thread_factory::CoordinatorExecutorThreadFactory;
 use crate::util::{in_tokio_runtime, lock};
 use sluice_core::{AttemptNumber, OperatorEvent, SubtaskIndex, UserError, panic_message};
+use std::borrow::Cow;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -310,12 +311,16 @@ impl CoordinatorContextBase {
     ///
     /// Fails with [`CoordinatorError::NotStarted`] before [`mark_started`](Self::mark_started).
     /// If the action fails or panics, the job fails with `action_name` in the message.
-    pub fn run_in_event_loop<F>(&self, action: F, action_name: &str) -> Result<(), CoordinatorError>
+    pub fn run_in_event_loop<F>(
+        &self,
+        action: F,
+        action_name: impl Into<Cow<'static, str>>,
+    ) -> Result<(), CoordinatorError>
     where
         F: FnOnce() -> Result<(), UserError> + Send + 'static,
     {
         self.ensure_started()?;
-        let task = self.guarded(action, Some(action_name.to_string()));
+        let task = self.guarded(action, Some(action_name.into()));
         Ok(self.inner.executor.execute(task)?)
     }
 
@@ -324,13 +329,13 @@ impl CoordinatorContextBase {
     pub async fn run_in_event_loop_async<F>(
         &self,
         action: F,
-        action_name: &str,
+        action_name: impl Into<Cow<'static, str>>,
     ) -> Result<(), CoordinatorError>
     where
         F: FnOnce() -> Result<(), UserError> + Send + 'static,
     {
         self.ensure_started()?;
-        let task = self.guarded(action, Some(action_name.to_string()));
+        let task = self.guarded(action, Some(action_name.into()));
         Ok(self.inner.executor.execute_async(task).await?)
     }
 
@@ -345,25 +350,24 @@ impl CoordinatorContextBase {
     }
 
     /// Wraps `f` so that an error or a panic fails the job.
-    fn guarded<F>(&self, f: F, action_name: Option<String>) -> CoordinatorTask
+    fn guarded<F>(&self, f: F, action_name: Option<Cow<'static, str>>) -> CoordinatorTask
     where
         F: FnOnce() -> Result<(), UserError> + Send + 'static,
     {
         let failure = self.inner.failure.clone();
-        let thread = self.thread_factory().thread_name().to_string();
+        let factory = self.thread_factory().clone();
+        // Nothing is formatted or allocated unless the action fails: events pass here one by one.
         Box::new(move || {
-            let what = match &action_name {
-                Some(name) => format!("failed to execute '{name}'"),
-                None => format!("uncaught failure in thread '{thread}'"),
-            };
-            match call_catching(f) {
-                Ok(()) => {}
-                Err(CallFailure::Failed(e)) => {
-                    failure.fail(format!("{what}: {e}").into());
-                }
-                Err(other) => {
-                    failure.fail(format!("{what}: {other}").into());
-                }
+            if let Err(e) = call_catching(f) {
+                let what = match &action_name {
+                    Some(name) => format!("failed to execute '{name}'"),
+                    None => format!("uncaught failure in thread '{}'", factory.thread_name()),
+                };
+                let message = match e {
+                    CallFailure::Failed(e) => format!("{what}: {e}"),
+                    other => format!("{what}: {other}"),
+                };
+                failure.fail(message.into());
             }
         })
     }
