@@ -10,6 +10,8 @@ use sluice::coordinator::{
 use sluice::core::{NodeId, OperatorEvent};
 use sluice::prelude::*;
 use sluice::{CoordinatorFailureInfo, JobError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Passes records through and tells its coordinator when its input ended.
@@ -110,7 +112,9 @@ async fn a_provider_that_cannot_create_its_coordinator_fails_the_job_naming_the_
     env.set_parallelism(2);
     let provider =
         |_ctx: CoordinatorContext| -> Result<Box<dyn OperatorCoordinator>, CoordinatorError> {
-            Err(CoordinatorError::user("no endpoint configured for the planner"))
+            Err(CoordinatorError::user(
+                "no endpoint configured for the planner",
+            ))
         };
     let planned = env
         .from_generator(Generator::new(|i| i).take(100))
@@ -127,4 +131,98 @@ async fn a_provider_that_cannot_create_its_coordinator_fails_the_job_naming_the_
         "the provider's message: {f}"
     );
     assert!(f.to_string().contains("'Planned'"), "{f}");
+}
+
+/// Emits one marker at end of input and, once its input ended, reports every completed
+/// checkpoint to its coordinator.
+#[derive(Clone, Default)]
+struct MarksTheEnd {
+    ctx: Option<OperatorContext>,
+    ended: bool,
+}
+
+impl Operator<u64> for MarksTheEnd {
+    type Out = u64;
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.ctx = Some(ctx.clone());
+        Ok(())
+    }
+    fn process_batch(
+        &mut self,
+        batch: Vec<u64>,
+        out: &mut Collector<u64>,
+    ) -> Result<(), UserError> {
+        out.emit_batch(batch);
+        Ok(())
+    }
+    fn end_input(&mut self, out: &mut Collector<u64>) -> Result<(), UserError> {
+        self.ended = true;
+        out.collect(u64::MAX);
+        Ok(())
+    }
+    fn notify_checkpoint_complete(
+        &mut self,
+        c: sluice::core::CheckpointId,
+    ) -> Result<(), UserError> {
+        if self.ended {
+            let ctx = self.ctx.as_ref().ok_or("not opened")?;
+            ctx.send_to_coordinator(&c.0)?;
+        }
+        Ok(())
+    }
+}
+
+/// Rejects the first event it is ever sent (over every coordinator instance).
+struct RejectOnce(Arc<AtomicBool>);
+
+impl CoordinatorLogic for RejectOnce {
+    fn handle_event(
+        &mut self,
+        _base: &CoordinatorContextBase,
+        _subtask: usize,
+        _attempt: u32,
+        _event: OperatorEvent,
+    ) -> Result<(), UserError> {
+        if self.0.swap(true, Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err("rejecting the report of the final checkpoint".into())
+        }
+    }
+}
+
+/// A failover after the final checkpoint (taken after end of input) completed must not run
+/// `end_input` again: what it emitted is already committed. Flink restores such operators as
+/// finished (`FINISHED_ON_RESTORE`). Here the coordinator fails the job once, on the report of
+/// the final checkpoint; the restart restores that checkpoint and calls `end_input` again, so
+/// the end marker is committed twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "defect: a failover after the final checkpoint replays end_input (output committed twice)"]
+async fn a_failover_after_the_final_checkpoint_does_not_replay_end_of_input() {
+    let n = 1_000;
+    let storage = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let env = StreamEnvironment::new();
+    env.set_parallelism(1);
+    env.enable_checkpointing(Duration::from_secs(3600));
+    env.set_checkpoint_storage(storage.path());
+    env.set_restart_strategy(RestartStrategy::fixed_delay(1, Duration::ZERO).unwrap());
+    let rejected = Arc::new(AtomicBool::new(false));
+    let r = rejected.clone();
+    env.from_generator(Generator::new(|i| i).take(n))
+        .transform_with_coordinator(
+            "Marks the end",
+            MarksTheEnd::default(),
+            BaseCoordinator::provider(move || RejectOnce(r.clone())),
+        )
+        .sink_to_exactly_once(JsonLinesSink::new(out.path(), "marked"));
+    let result = env.execute("failover after the end").await.unwrap();
+    assert!(rejected.load(Ordering::SeqCst));
+    assert_eq!(result.restarts, 1, "{result:?}");
+    let mut committed: Vec<u64> = read_committed(out.path()).unwrap();
+    committed.sort_unstable();
+    let markers = committed.iter().filter(|v| **v == u64::MAX).count();
+    assert_eq!(markers, 1, "the end marker must be committed once");
+    committed.pop();
+    assert_eq!(committed, (0..n).collect::<Vec<_>>());
 }
