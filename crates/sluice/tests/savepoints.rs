@@ -132,7 +132,10 @@ async fn stop_with_savepoint_and_restore_commit_every_record_exactly_once() {
     let id = pending.id();
     assert_eq!(pending.completed().await, Ok(id));
     let savepoint = job.stop_with_savepoint().await.unwrap();
-    assert!(savepoint > id, "the savepoint {savepoint} follows checkpoint {id}");
+    assert!(
+        savepoint > id,
+        "the savepoint {savepoint} follows checkpoint {id}"
+    );
     let first = job.await.unwrap();
     assert_eq!(first.stopped_with_savepoint, Some(savepoint));
     assert_eq!(first.last_checkpoint, Some(savepoint));
@@ -181,7 +184,10 @@ async fn stop_with_savepoint_and_restore_commit_every_record_exactly_once() {
     for i in 0..n {
         *expected.entry(i % KEYS).or_insert(0u64) += 1;
     }
-    assert_eq!(finals, expected, "keyed counts carried across the savepoint");
+    assert_eq!(
+        finals, expected,
+        "keyed counts carried across the savepoint"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

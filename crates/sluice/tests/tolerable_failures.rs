@@ -160,7 +160,10 @@ async fn expect_expired(job: &JobHandle, ids: std::ops::RangeInclusive<u64>) {
         assert_eq!(pending.id(), CheckpointId(expected));
         match pending.completed().await {
             Err(CheckpointError::Failed(reason)) => {
-                assert!(reason.contains("expired"), "checkpoint {expected}: {reason}")
+                assert!(
+                    reason.contains("expired"),
+                    "checkpoint {expected}: {reason}"
+                )
             }
             other => panic!("checkpoint {expected} must expire, got {other:?}"),
         }
