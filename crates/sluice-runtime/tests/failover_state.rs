@@ -83,3 +83,41 @@ async fn a_bounded_job_with_checkpointing_ends_with_a_final_checkpoint() {
     let got: BTreeMap<u64, u64> = out.take().into_iter().collect();
     assert_eq!(got, expected(10_000, 10));
 }
+
+/// `JobResult::metrics` sums every attempt, so the records the source emitted (and the operator
+/// received) in the attempt that failed are counted, while `attempt_metrics` shows only the
+/// last attempt. No checkpoint can complete before the failure (the periodic interval is an
+/// hour, and a final checkpoint's barrier comes after record M), so the restart replays the
+/// whole input and the last attempt's counts are exactly n.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_metrics_include_the_records_of_the_failed_attempt() {
+    let (n, m) = (5_000u64, 1_000u64);
+    let storage = tempfile::tempdir().unwrap();
+    let env = StreamEnvironment::new();
+    env.set_parallelism(1).set_batch_size(100);
+    env.enable_checkpointing(Duration::from_secs(3600));
+    env.set_checkpoint_storage(storage.path());
+    env.set_restart_strategy(RestartStrategy::fixed_delay(1, Duration::ZERO).unwrap());
+    let fail = sluice_runtime::testing::FailureInjector::at_record(0, m);
+    env.from_generator(Generator::new(|i| i).take(n))
+        .transform("Injector", fail.clone())
+        .discard();
+    let result = env.execute("metrics across attempts").await.unwrap();
+    assert_eq!(fail.injected(), 1);
+    assert_eq!(result.restarts, 1);
+
+    let (all, last) = (&result.metrics, &result.attempt_metrics);
+    let source = "Source: Generator";
+    assert_eq!(last.operator(source).records_out, n, "{last:?}");
+    assert_eq!(last.operator("Injector").records_in, n, "{last:?}");
+    // The failed attempt's records: at least the M the injector saw before it failed.
+    assert!(
+        all.operator(source).records_out >= n + m,
+        "the source's records over both attempts: {all:?}"
+    );
+    assert!(
+        all.operator("Injector").records_in >= n + m,
+        "the injector's records over both attempts: {all:?}"
+    );
+    assert_eq!(all.operator(source).subtasks, 1, "one subtask, summed");
+}
