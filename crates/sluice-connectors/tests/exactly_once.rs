@@ -1,7 +1,8 @@
 //! Exactly-once under failures: randomized jobs with keyed state, frequent checkpoints and
 //! injected panics (also during snapshots) commit exactly the expected records to files. Half
-//! of the trials also pass the records through an operator whose coordinator fails on plan (a
-//! panic on the coordinator thread while checkpointing).
+//! of the trials also pass the records through an operator whose coordinator fails on plan: at
+//! an event or a checkpoint call, by returning an error, failing the job through its context, or
+//! panicking on its thread, at any point of the job, including after the final checkpoint.
 //!
 //! `SLUICE_EXACTLY_ONCE_TRIALS=N` runs N trials instead of the CI default of 50.
 
@@ -12,11 +13,9 @@ use sluice_runtime::failover::RestartStrategy;
 use sluice_runtime::prelude::*;
 use sluice_runtime::state::ValueState;
 use sluice_runtime::testing::{
-    CoordinatorFault, CoordinatorFaultInjector, FailureInjector, FaultyLogic, SplitMix64,
+    CoordinatorFault, CoordinatorFaultInjector, FailureInjector, SplitMix64,
 };
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Passes records through and counts them per key in keyed state; at end of input emits one
@@ -66,11 +65,10 @@ impl Operator<(u64, u64)> for CountingPassThrough {
 }
 
 /// Passes records through and reports every snapshot to its coordinator, so that the
-/// coordinator handles events as well as checkpoints; sets `ended` at end of input.
+/// coordinator handles events as well as checkpoints.
 #[derive(Clone)]
 struct Reporting {
     ctx: Option<OperatorContext>,
-    ended: Arc<AtomicBool>,
 }
 
 impl Operator<(u64, u64)> for Reporting {
@@ -96,10 +94,6 @@ impl Operator<(u64, u64)> for Reporting {
         ctx.send_to_coordinator(&c.0)?;
         Ok(OperatorState::default())
     }
-    fn end_input(&mut self, _out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
-        self.ended.store(true, Ordering::SeqCst);
-        Ok(())
-    }
 }
 
 /// A coordinator that accepts every report.
@@ -114,43 +108,6 @@ impl CoordinatorLogic for Accept {
         _event: OperatorEvent,
     ) -> Result<(), UserError> {
         Ok(())
-    }
-}
-
-/// Coordinator logic that fails on plan (`inner`) only in checkpoints taken before any
-/// `Reporting` subtask ended its input.
-///
-/// The fault is a panic in the coordinator's checkpoint call, so that checkpoint never completes
-/// (and, the logic being poisoned, no later one of the attempt). A failure after a checkpoint
-/// that holds state from after `end_input` would be restored from that checkpoint and run
-/// `end_input` again, committing its output twice: a known defect, reproduced by
-/// `a_failover_after_the_final_checkpoint_does_not_replay_end_of_input` in the facade's tests.
-/// Every downstream `end_input` happens after `ended` is set, so a checkpoint call that sees it
-/// unset follows no such checkpoint.
-struct Gated {
-    inner: FaultyLogic<Accept>,
-    ended: Arc<AtomicBool>,
-}
-
-impl CoordinatorLogic for Gated {
-    fn handle_event(
-        &mut self,
-        base: &CoordinatorContextBase,
-        subtask: usize,
-        attempt: u32,
-        event: OperatorEvent,
-    ) -> Result<(), UserError> {
-        self.inner.handle_event(base, subtask, attempt, event)
-    }
-    fn checkpoint(
-        &mut self,
-        base: &CoordinatorContextBase,
-        checkpoint: sluice_core::CheckpointId,
-    ) -> Result<Vec<u8>, UserError> {
-        if self.ended.load(Ordering::SeqCst) {
-            return Ok(Vec::new());
-        }
-        self.inner.checkpoint(base, checkpoint)
     }
 }
 
@@ -189,9 +146,16 @@ async fn trial(seed: u64) -> Outcome {
     }
     // Drawn after the other parameters, so that those stay what they were for each seed.
     let coordinator = rng.next_u64().is_multiple_of(2).then(|| {
-        CoordinatorFaultInjector::at_checkpoint(rng.range(1, 3))
-            .fault(CoordinatorFault::Panic)
-            .times(rng.range(1, 2) as u32)
+        let plan = match rng.range(0, 1) {
+            0 => CoordinatorFaultInjector::at_event(rng.range(1, 4)),
+            _ => CoordinatorFaultInjector::at_checkpoint(rng.range(1, 3)),
+        };
+        let fault = match rng.range(0, 2) {
+            0 => CoordinatorFault::ReturnError,
+            1 => CoordinatorFault::FailJob,
+            _ => CoordinatorFault::Panic,
+        };
+        plan.fault(fault).times(rng.range(1, 2) as u32)
     });
     let source = env
         .from_generator(
@@ -201,19 +165,12 @@ async fn trial(seed: u64) -> Outcome {
         )
         .parallelism(source_p);
     let mut stream = source.process(fail.clone());
-    let ended = Arc::new(AtomicBool::new(false));
     if let Some(faults) = &coordinator {
-        let (faults, gate) = (faults.clone(), ended.clone());
+        let faults = faults.clone();
         stream = stream.transform_with_coordinator(
             "Coordinated",
-            Reporting {
-                ctx: None,
-                ended: ended.clone(),
-            },
-            BaseCoordinator::provider(move || Gated {
-                inner: faults.wrap_logic(Accept),
-                ended: gate.clone(),
-            }),
+            Reporting { ctx: None },
+            BaseCoordinator::provider(move || faults.wrap_logic(Accept)),
         );
     }
     stream

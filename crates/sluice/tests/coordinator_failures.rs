@@ -193,11 +193,10 @@ impl CoordinatorLogic for RejectOnce {
 
 /// A failover after the final checkpoint (taken after end of input) completed must not run
 /// `end_input` again: what it emitted is already committed. Flink restores such operators as
-/// finished (`FINISHED_ON_RESTORE`). Here the coordinator fails the job once, on the report of
-/// the final checkpoint; the restart restores that checkpoint and calls `end_input` again, so
-/// the end marker is committed twice.
+/// finished (`FINISHED_ON_RESTORE`), and so does sluice: a state taken after `end_input` is
+/// marked finished. Here the coordinator fails the job once, on the report of the final
+/// checkpoint; the restart restores that checkpoint, and the end marker must be committed once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: a failover after the final checkpoint replays end_input (output committed twice)"]
 async fn a_failover_after_the_final_checkpoint_does_not_replay_end_of_input() {
     let n = 1_000;
     let storage = tempfile::tempdir().unwrap();

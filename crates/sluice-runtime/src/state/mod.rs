@@ -46,6 +46,9 @@ pub struct KeyGroupEntry {
 pub struct OperatorState {
     entries: Vec<Vec<u8>>,
     keyed: Vec<KeyGroupEntry>,
+    /// The operator had ended its input when this state was taken (Flink's
+    /// `FINISHED_ON_RESTORE`): restored, it does not end its input again.
+    finished: bool,
 }
 
 impl OperatorState {
@@ -54,6 +57,7 @@ impl OperatorState {
         OperatorState {
             entries,
             keyed: Vec::new(),
+            finished: false,
         }
     }
 
@@ -87,11 +91,26 @@ impl OperatorState {
         self.entries.is_empty() && self.keyed.is_empty()
     }
 
+    /// Whether the operator had ended its input (`end_input` ran) when this state was taken.
+    /// An operator restored from such a state does not run `end_input` again, so what it
+    /// emitted then is not emitted twice after a failover that follows the final checkpoint.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    pub(crate) fn mark_finished(&mut self) {
+        self.finished = true;
+    }
+
     pub(crate) fn into_parts(self) -> (Vec<Vec<u8>>, Vec<KeyGroupEntry>) {
         (self.entries, self.keyed)
     }
 
     pub(crate) fn from_parts(entries: Vec<Vec<u8>>, keyed: Vec<KeyGroupEntry>) -> Self {
-        OperatorState { entries, keyed }
+        OperatorState {
+            entries,
+            keyed,
+            finished: false,
+        }
     }
 }

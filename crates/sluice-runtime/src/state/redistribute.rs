@@ -19,6 +19,8 @@ pub(crate) fn redistribute(
     if old.len() == new_parallelism {
         return old;
     }
+    // An operator whose every subtask had finished stays finished at any parallelism.
+    let finished = !old.is_empty() && old.iter().all(OperatorState::is_finished);
     let mut entries = Vec::new();
     let mut keyed = Vec::new();
     for s in old {
@@ -40,7 +42,13 @@ pub(crate) fn redistribute(
         out[target].1.push(k);
     }
     out.into_iter()
-        .map(|(e, k)| OperatorState::from_parts(e, k))
+        .map(|(e, k)| {
+            let mut s = OperatorState::from_parts(e, k);
+            if finished {
+                s.mark_finished();
+            }
+            s
+        })
         .collect()
 }
 

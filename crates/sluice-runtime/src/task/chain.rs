@@ -85,13 +85,19 @@ impl<In: Data, Op: Operator<In>> OperatorStage<In, Op> {
         restored: Option<OperatorState>,
     ) -> Self {
         let metrics = ctx.metrics().clone();
+        // Restored after it had ended its input: it does not end it again.
+        let finish = if restored.as_ref().is_some_and(OperatorState::is_finished) {
+            FinishState::Done
+        } else {
+            FinishState::Running
+        };
         OperatorStage {
             op,
             ctx,
             out: Collector::new(),
             next,
             metrics,
-            finish: FinishState::Running,
+            finish,
             restored,
             _in: std::marker::PhantomData,
         }
@@ -271,8 +277,11 @@ impl<In: Data, Op: Operator<In>> ChainStage<In> for OperatorStage<In, Op> {
         out: &mut TaskSnapshot,
     ) -> Result<(), TaskError> {
         let id = barrier.id;
-        let state = self.guarded("snapshotting state", |op, o| op.snapshot_state(id, o))?;
+        let mut state = self.guarded("snapshotting state", |op, o| op.snapshot_state(id, o))?;
         self.forward()?;
+        if self.finish == FinishState::Done {
+            state.mark_finished();
+        }
         out.push((self.ctx.operator_id(), self.ctx.subtask_index(), state));
         self.next.checkpoint(barrier, out)
     }
