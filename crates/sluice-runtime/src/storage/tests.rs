@@ -586,3 +586,47 @@ async fn storage_is_usable_as_a_trait_object() {
     assert_eq!(s.location(), tmp.path().display().to_string());
     assert!(s.initialize().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn coordinator_states_have_their_own_section_and_a_missing_one_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = storage(tmp.path(), 2);
+    s.initialize().await.unwrap();
+    let id = CheckpointId(1);
+    let file = s
+        .write_state(id, NodeId(0), 0, b"op".to_vec())
+        .await
+        .unwrap();
+    let coordinator = s
+        .write_coordinator_state(id, NodeId(3), b"splits".to_vec())
+        .await
+        .unwrap();
+    let mut metadata = CheckpointMetadata {
+        job_fingerprint: FP.into(),
+        checkpoint_id: id,
+        timestamp_ms: 1,
+        operators: operators(),
+        state_files: vec![file],
+        coordinator_states: vec![coordinator.clone()],
+    };
+    s.complete(metadata.clone()).await.unwrap();
+    let restored = s.load(id, FP).await.unwrap();
+    assert_eq!(restored.coordinator_state(NodeId(3)), Some(&b"splits"[..]));
+    assert_eq!(restored.state(NodeId(0), 0), Some(&b"op"[..]));
+    let (operators_states, coordinators) = restored.into_states();
+    assert_eq!(
+        operators_states.len(),
+        1,
+        "no pseudo operator for the coordinator"
+    );
+    assert_eq!(coordinators.len(), 1);
+
+    // A coordinator of an operator the checkpoint does not list is inconsistent metadata.
+    metadata.coordinator_states[0].node = NodeId(9);
+    assert!(metadata.check().unwrap_err().contains("unknown operator"));
+
+    // A missing coordinator file is named when the checkpoint is loaded.
+    std::fs::remove_file(s.checkpoint_dir(id).join(&coordinator.file_name)).unwrap();
+    let err = s.load(id, FP).await.unwrap_err().to_string();
+    assert!(err.contains(&coordinator.file_name), "{err}");
+}
