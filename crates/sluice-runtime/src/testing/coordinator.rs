@@ -2,7 +2,7 @@
 //! with coordinators fails over and recovers; [`IgnoreEvents`]: coordinator logic that accepts
 //! every event.
 
-use super::{Budget, INJECTED, SplitMix64, quiet_injected_panics};
+use super::{Budget, INJECTED, SplitMix64, per_million, quiet_injected_panics};
 use sluice_coordinator::{
     CheckpointResult, CoordinatorContext, CoordinatorContextBase, CoordinatorError,
     CoordinatorFuture, CoordinatorLogic, CoordinatorProvider, OperatorCoordinator, SubtaskGateway,
@@ -116,8 +116,10 @@ impl CoordinatorFaultInjector {
     /// Fails each event and each checkpoint call with `probability`, drawn from `seed` (and the
     /// number of the coordinator instance, so that runs are reproducible).
     pub fn seeded(probability: f64, seed: u64) -> Self {
-        let per_million = (probability.clamp(0.0, 1.0) * 1e6) as u32;
-        Self::new(Trigger::Random { per_million, seed })
+        Self::new(Trigger::Random {
+            per_million: per_million(probability),
+            seed,
+        })
     }
 
     /// How the failure shows (default [`CoordinatorFault::ReturnError`]).

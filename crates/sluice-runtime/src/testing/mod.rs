@@ -71,6 +71,11 @@ fn quiet_injected_panics() {
     });
 }
 
+/// `probability` (clamped to `0..=1`) in millionths, as the injectors' seeded triggers draw it.
+fn per_million(probability: f64) -> u32 {
+    (probability.clamp(0.0, 1.0) * 1e6) as u32
+}
+
 /// The failures an injector may still inject, and how many it did, shared by its clones (so
 /// counted over the whole job, across restarts).
 #[derive(Clone, Debug)]
@@ -152,8 +157,10 @@ impl FailureInjector {
     /// Every batch, on any subtask, panics with `probability`, drawn from `seed` (and the subtask
     /// and attempt, so that runs are reproducible).
     pub fn seeded(probability: f64, seed: u64) -> Self {
-        let per_million = (probability.clamp(0.0, 1.0) * 1e6) as u32;
-        Self::new(Trigger::Random { per_million, seed })
+        Self::new(Trigger::Random {
+            per_million: per_million(probability),
+            seed,
+        })
     }
 
     /// Panics while snapshotting instead: at the first checkpoint after the trigger fired.
