@@ -7,109 +7,15 @@
 //! `SLUICE_EXACTLY_ONCE_TRIALS=N` runs N trials instead of the CI default of 50.
 
 use sluice_connectors::file::{JsonLinesSink, read_committed};
-use sluice_coordinator::{BaseCoordinator, CoordinatorContextBase, CoordinatorLogic};
-use sluice_core::OperatorEvent;
+use sluice_coordinator::BaseCoordinator;
 use sluice_runtime::failover::RestartStrategy;
 use sluice_runtime::prelude::*;
-use sluice_runtime::state::ValueState;
 use sluice_runtime::testing::{
-    CoordinatorFault, CoordinatorFaultInjector, FailureInjector, SplitMix64,
+    CoordinatorFault, CoordinatorFaultInjector, CountingPassThrough, FailureInjector, IgnoreEvents,
+    PassThrough, SplitMix64,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// Passes records through and counts them per key in keyed state; at end of input emits one
-/// `(key, u64::MAX - count)` marker per key with the final count.
-#[derive(Clone)]
-struct CountingPassThrough {
-    counts: ValueState<u64, u64>,
-    max_parallelism: usize,
-}
-
-impl Operator<(u64, u64)> for CountingPassThrough {
-    type Out = (u64, u64);
-    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
-        self.max_parallelism = ctx.max_parallelism();
-        Ok(())
-    }
-    fn process_batch(
-        &mut self,
-        batch: Vec<(u64, u64)>,
-        out: &mut Collector<(u64, u64)>,
-    ) -> Result<(), UserError> {
-        for r in &batch {
-            *self.counts.get_or_default(r.0) += 1;
-        }
-        out.emit_batch(batch);
-        Ok(())
-    }
-    fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
-        for (k, c) in self.counts.iter() {
-            out.collect((*k, u64::MAX - *c));
-        }
-        Ok(())
-    }
-    fn snapshot_state(
-        &mut self,
-        _c: sluice_core::CheckpointId,
-        _out: &mut Collector<(u64, u64)>,
-    ) -> Result<OperatorState, UserError> {
-        let mut s = OperatorState::default();
-        self.counts.snapshot_into(self.max_parallelism, &mut s)?;
-        Ok(s)
-    }
-    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
-        self.counts.restore_from(&state)?;
-        Ok(())
-    }
-}
-
-/// Passes records through and reports every snapshot to its coordinator, so that the
-/// coordinator handles events as well as checkpoints.
-#[derive(Clone)]
-struct Reporting {
-    ctx: Option<OperatorContext>,
-}
-
-impl Operator<(u64, u64)> for Reporting {
-    type Out = (u64, u64);
-    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
-        self.ctx = Some(ctx.clone());
-        Ok(())
-    }
-    fn process_batch(
-        &mut self,
-        batch: Vec<(u64, u64)>,
-        out: &mut Collector<(u64, u64)>,
-    ) -> Result<(), UserError> {
-        out.emit_batch(batch);
-        Ok(())
-    }
-    fn snapshot_state(
-        &mut self,
-        c: sluice_core::CheckpointId,
-        _out: &mut Collector<(u64, u64)>,
-    ) -> Result<OperatorState, UserError> {
-        let ctx = self.ctx.as_ref().ok_or("not opened")?;
-        ctx.send_to_coordinator(&c.0)?;
-        Ok(OperatorState::default())
-    }
-}
-
-/// A coordinator that accepts every report.
-struct Accept;
-
-impl CoordinatorLogic for Accept {
-    fn handle_event(
-        &mut self,
-        _base: &CoordinatorContextBase,
-        _subtask: usize,
-        _attempt: u32,
-        _event: OperatorEvent,
-    ) -> Result<(), UserError> {
-        Ok(())
-    }
-}
 
 /// What one trial did.
 #[derive(Default)]
@@ -169,16 +75,15 @@ async fn trial(seed: u64) -> Outcome {
         let faults = faults.clone();
         stream = stream.transform_with_coordinator(
             "Coordinated",
-            Reporting { ctx: None },
-            BaseCoordinator::provider(move || faults.wrap_logic(Accept)),
+            // Reports every snapshot, so that the coordinator handles events as well as
+            // checkpoints.
+            PassThrough::new().on_snapshot(|ctx, c| ctx.send_to_coordinator(&c.0)),
+            BaseCoordinator::provider(move || faults.wrap_logic(IgnoreEvents)),
         );
     }
     stream
         .key_by(|r: &(u64, u64)| r.0)
-        .process(CountingPassThrough {
-            counts: ValueState::new("counts"),
-            max_parallelism: 128,
-        })
+        .process(CountingPassThrough::new())
         .sink_to_exactly_once(JsonLinesSink::new(dir.path(), "out"));
     let context = format!(
         "seed {seed}: parallelism {p}, source parallelism {source_p}, {n} records, {keys} keys, \

@@ -9,35 +9,15 @@ use sluice::coordinator::{
 };
 use sluice::core::{NodeId, OperatorEvent};
 use sluice::prelude::*;
+use sluice::testing::PassThrough;
 use sluice::{CoordinatorFailureInfo, JobError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Passes records through and tells its coordinator when its input ended.
-#[derive(Clone, Default)]
-struct ReportsTheEnd {
-    ctx: Option<OperatorContext>,
-}
-
-impl Operator<u64> for ReportsTheEnd {
-    type Out = u64;
-    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
-        self.ctx = Some(ctx.clone());
-        Ok(())
-    }
-    fn process_batch(
-        &mut self,
-        batch: Vec<u64>,
-        out: &mut Collector<u64>,
-    ) -> Result<(), UserError> {
-        out.emit_batch(batch);
-        Ok(())
-    }
-    fn end_input(&mut self, _out: &mut Collector<u64>) -> Result<(), UserError> {
-        let ctx = self.ctx.as_ref().ok_or("not opened")?;
-        ctx.send_to_coordinator(&ctx.subtask_index())
-    }
+fn reports_the_end() -> PassThrough {
+    PassThrough::new().on_end_input(|ctx| ctx.send_to_coordinator(&ctx.subtask_index()))
 }
 
 /// Rejects every event, after a while on its thread (slow user code), so that the failure
@@ -78,7 +58,7 @@ async fn run_rejecting_the_end(checkpointing: bool) -> (NodeId, CoordinatorFailu
         .from_generator(Generator::new(|i| i).take(1_000))
         .transform_with_coordinator(
             "Reporter",
-            ReportsTheEnd::default(),
+            reports_the_end(),
             BaseCoordinator::provider(|| SlowReject),
         );
     reporter.discard();
@@ -118,7 +98,7 @@ async fn a_provider_that_cannot_create_its_coordinator_fails_the_job_naming_the_
         };
     let planned = env
         .from_generator(Generator::new(|i| i).take(100))
-        .transform_with_coordinator("Planned", ReportsTheEnd::default(), provider);
+        .transform_with_coordinator("Planned", reports_the_end(), provider);
     planned.discard();
     let job = env
         .submit("no coordinator")

@@ -3,10 +3,9 @@
 //! a job stopped with a savepoint and restored from it commits every record exactly once over
 //! both runs, with its keyed state carried across.
 
-use sluice::core::CheckpointId;
 use sluice::job::CheckpointError;
 use sluice::prelude::*;
-use sluice::state::ValueState;
+use sluice::testing::CountingPassThrough;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,61 +13,6 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 const KEYS: u64 = 7;
-
-/// Passes `(key, index)` records through and counts them per key in keyed state; at end of
-/// input emits one `(key, u64::MAX - count)` marker per key with its final count.
-#[derive(Clone)]
-struct CountingPassThrough {
-    counts: ValueState<u64, u64>,
-    max_parallelism: usize,
-}
-
-impl CountingPassThrough {
-    fn new() -> Self {
-        CountingPassThrough {
-            counts: ValueState::new("counts"),
-            max_parallelism: sluice::DEFAULT_MAX_PARALLELISM,
-        }
-    }
-}
-
-impl Operator<(u64, u64)> for CountingPassThrough {
-    type Out = (u64, u64);
-    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
-        self.max_parallelism = ctx.max_parallelism();
-        Ok(())
-    }
-    fn process_batch(
-        &mut self,
-        batch: Vec<(u64, u64)>,
-        out: &mut Collector<(u64, u64)>,
-    ) -> Result<(), UserError> {
-        for r in &batch {
-            *self.counts.get_or_default(r.0) += 1;
-        }
-        out.emit_batch(batch);
-        Ok(())
-    }
-    fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
-        for (k, c) in self.counts.iter() {
-            out.collect((*k, u64::MAX - *c));
-        }
-        Ok(())
-    }
-    fn snapshot_state(
-        &mut self,
-        _c: CheckpointId,
-        _out: &mut Collector<(u64, u64)>,
-    ) -> Result<OperatorState, UserError> {
-        let mut s = OperatorState::default();
-        self.counts.snapshot_into(self.max_parallelism, &mut s)?;
-        Ok(s)
-    }
-    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
-        self.counts.restore_from(&state)?;
-        Ok(())
-    }
-}
 
 /// What the first run's sources emitted: how many records, the highest index, and a signal
 /// once `enough` records were seen.

@@ -7,14 +7,13 @@
 
 use sluice::checkpoint::CheckpointSettings;
 use sluice::coordinator::{
-    BaseCoordinator, CheckpointResult, CoordinatorContext, CoordinatorContextBase,
-    CoordinatorError, CoordinatorFuture, CoordinatorLogic, CoordinatorProvider,
-    OperatorCoordinator, SubtaskGateway,
+    BaseCoordinator, CheckpointResult, CoordinatorContext, CoordinatorError, CoordinatorFuture,
+    CoordinatorProvider, OperatorCoordinator, SubtaskGateway,
 };
 use sluice::core::{CheckpointId, OperatorEvent};
 use sluice::job::CheckpointError;
 use sluice::prelude::*;
-use sluice::testing::PassThrough;
+use sluice::testing::{IgnoreEvents, PassThrough};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,21 +21,6 @@ use std::time::Duration;
 /// Long enough for an unstalled checkpoint of this small job on a loaded machine; each stalled
 /// checkpoint costs this much.
 const TIMEOUT: Duration = Duration::from_millis(500);
-
-/// Ignores every event.
-struct Ignore;
-
-impl CoordinatorLogic for Ignore {
-    fn handle_event(
-        &mut self,
-        _base: &CoordinatorContextBase,
-        _subtask: usize,
-        _attempt: u32,
-        _event: OperatorEvent,
-    ) -> Result<(), UserError> {
-        Ok(())
-    }
-}
 
 /// A `BaseCoordinator` that keeps (neither completes nor drops, which would decline) the
 /// checkpoint results of its first `stalls` checkpoints, so that those checkpoints expire.
@@ -119,7 +103,7 @@ fn stalling(
     stalls: u32,
     kept: Arc<Mutex<Vec<CheckpointResult>>>,
 ) -> impl CoordinatorProvider + 'static {
-    let base = BaseCoordinator::provider(|| Ignore);
+    let base = BaseCoordinator::provider(|| IgnoreEvents);
     let stalls = Arc::new(AtomicU32::new(stalls));
     move |ctx: CoordinatorContext| -> Result<Box<dyn OperatorCoordinator>, CoordinatorError> {
         Ok(Box::new(Stalling {

@@ -1,7 +1,8 @@
 //! [`CoordinatorFaultInjector`]: operator coordinators that fail on plan, to test that a job
-//! with coordinators fails over and recovers.
+//! with coordinators fails over and recovers; [`IgnoreEvents`]: coordinator logic that accepts
+//! every event.
 
-use super::{Budget, INJECTED, SplitMix64, quiet_injected_panics};
+use super::{Budget, INJECTED, SplitMix64, per_million, quiet_injected_panics};
 use sluice_coordinator::{
     CheckpointResult, CoordinatorContext, CoordinatorContextBase, CoordinatorError,
     CoordinatorFuture, CoordinatorLogic, CoordinatorProvider, OperatorCoordinator, SubtaskGateway,
@@ -9,6 +10,31 @@ use sluice_coordinator::{
 use sluice_core::{AttemptNumber, CheckpointId, OperatorEvent, SubtaskIndex, UserError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Coordinator logic that accepts every operator event and does nothing else (the defaults of
+/// [`CoordinatorLogic`] for everything but events): for a `BaseCoordinator` a test needs only so
+/// that an operator has a coordinator, e.g. one to send events to, to stall or to fail on plan.
+///
+/// ```
+/// use sluice_coordinator::BaseCoordinator;
+/// use sluice_runtime::testing::IgnoreEvents;
+///
+/// let provider = BaseCoordinator::provider(|| IgnoreEvents);
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IgnoreEvents;
+
+impl CoordinatorLogic for IgnoreEvents {
+    fn handle_event(
+        &mut self,
+        _base: &CoordinatorContextBase,
+        _subtask: SubtaskIndex,
+        _attempt: AttemptNumber,
+        _event: OperatorEvent,
+    ) -> Result<(), UserError> {
+        Ok(())
+    }
+}
 
 /// When an injected coordinator failure fires.
 #[derive(Clone, Copy, Debug)]
@@ -48,30 +74,15 @@ pub enum CoordinatorFault {
 /// faults, on the coordinator thread).
 ///
 /// ```
-/// use sluice_coordinator::{BaseCoordinator, CoordinatorContextBase, CoordinatorLogic};
-/// use sluice_core::{OperatorEvent, UserError};
-/// use sluice_runtime::testing::{CoordinatorFault, CoordinatorFaultInjector};
-///
-/// /// Ignores every event.
-/// struct Ignore;
-/// impl CoordinatorLogic for Ignore {
-///     fn handle_event(
-///         &mut self,
-///         _base: &CoordinatorContextBase,
-///         _subtask: usize,
-///         _attempt: u32,
-///         _event: OperatorEvent,
-///     ) -> Result<(), UserError> {
-///         Ok(())
-///     }
-/// }
+/// use sluice_coordinator::BaseCoordinator;
+/// use sluice_runtime::testing::{CoordinatorFault, CoordinatorFaultInjector, IgnoreEvents};
 ///
 /// // The 3rd event of each coordinator instance fails the job, twice over the whole job.
 /// let faults = CoordinatorFaultInjector::at_event(3).fault(CoordinatorFault::FailJob).times(2);
-/// let provider = faults.wrap(BaseCoordinator::provider(|| Ignore));
+/// let provider = faults.wrap(BaseCoordinator::provider(|| IgnoreEvents));
 /// // Or, on the coordinator thread: panic in the logic at the 3rd event.
 /// let panicking = faults.clone().fault(CoordinatorFault::Panic);
-/// let provider = BaseCoordinator::provider(move || panicking.wrap_logic(Ignore));
+/// let provider = BaseCoordinator::provider(move || panicking.wrap_logic(IgnoreEvents));
 /// assert_eq!(faults.injected(), 0);
 /// ```
 #[derive(Clone, Debug)]
@@ -105,8 +116,10 @@ impl CoordinatorFaultInjector {
     /// Fails each event and each checkpoint call with `probability`, drawn from `seed` (and the
     /// number of the coordinator instance, so that runs are reproducible).
     pub fn seeded(probability: f64, seed: u64) -> Self {
-        let per_million = (probability.clamp(0.0, 1.0) * 1e6) as u32;
-        Self::new(Trigger::Random { per_million, seed })
+        Self::new(Trigger::Random {
+            per_million: per_million(probability),
+            seed,
+        })
     }
 
     /// How the failure shows (default [`CoordinatorFault::ReturnError`]).

@@ -6,10 +6,13 @@
 //!   input and asynchronous pending work;
 //! - [`FailureInjector`]: a pass-through operator that fails on plan;
 //! - [`CoordinatorFaultInjector`] (`coordinator.rs`): operator coordinators that fail on plan
-//!   (an error, a job failure through the context's hook, or a panic on the coordinator thread);
-//! - [`KeyedCounter`]: keyed counts in checkpointed state, exact under failures;
+//!   (an error, a job failure through the context's hook, or a panic on the coordinator thread),
+//!   and [`IgnoreEvents`], coordinator logic that accepts every event;
+//! - [`KeyedCounter`]: keyed counts in checkpointed state, exact under failures, and
+//!   [`CountingPassThrough`], which also passes its records through;
 //! - [`PassThrough`] (`pass_through.rs`): a pass-through operator whose hooks signal batches,
-//!   snapshots and completed checkpoints, to watch a running job;
+//!   snapshots, completed checkpoints and end of input, to watch a running job (or to send
+//!   events to its coordinator);
 //! - [`SplitMix64`]: a seeded random number generator; [`rescale_states`]: a restore's
 //!   redistribution of states.
 //!
@@ -38,9 +41,9 @@ mod coordinator;
 mod harness;
 mod pass_through;
 
-pub use coordinator::{CoordinatorFault, CoordinatorFaultInjector, FaultyLogic};
+pub use coordinator::{CoordinatorFault, CoordinatorFaultInjector, FaultyLogic, IgnoreEvents};
 pub use harness::OperatorTestHarness;
-pub use pass_through::PassThrough;
+pub use pass_through::{HookResult, PassThrough};
 
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::state::{OperatorState, ValueState};
@@ -66,6 +69,11 @@ fn quiet_injected_panics() {
             }
         }));
     });
+}
+
+/// `probability` (clamped to `0..=1`) in millionths, as the injectors' seeded triggers draw it.
+fn per_million(probability: f64) -> u32 {
+    (probability.clamp(0.0, 1.0) * 1e6) as u32
 }
 
 /// The failures an injector may still inject, and how many it did, shared by its clones (so
@@ -149,8 +157,10 @@ impl FailureInjector {
     /// Every batch, on any subtask, panics with `probability`, drawn from `seed` (and the subtask
     /// and attempt, so that runs are reproducible).
     pub fn seeded(probability: f64, seed: u64) -> Self {
-        let per_million = (probability.clamp(0.0, 1.0) * 1e6) as u32;
-        Self::new(Trigger::Random { per_million, seed })
+        Self::new(Trigger::Random {
+            per_million: per_million(probability),
+            seed,
+        })
     }
 
     /// Panics while snapshotting instead: at the first checkpoint after the trigger fired.
@@ -306,6 +316,11 @@ impl KeyedCounter {
             max_parallelism: crate::DEFAULT_MAX_PARALLELISM,
         }
     }
+
+    /// Counts one record of `key`.
+    fn count(&mut self, key: u64) {
+        *self.counts.get_or_default(key) += 1;
+    }
 }
 
 impl Operator<u64> for KeyedCounter {
@@ -322,7 +337,7 @@ impl Operator<u64> for KeyedCounter {
         _out: &mut Collector<(u64, u64)>,
     ) -> Result<(), UserError> {
         for k in batch {
-            *self.counts.get_or_default(k) += 1;
+            self.count(k);
         }
         Ok(())
     }
@@ -347,6 +362,78 @@ impl Operator<u64> for KeyedCounter {
     fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
         self.counts.restore_from(&state)?;
         Ok(())
+    }
+}
+
+/// Passes `(key, value)` records through unchanged and counts them per key in checkpointed keyed
+/// state, as [`KeyedCounter`] does; at end of input emits one `(key, u64::MAX - count)` marker
+/// per key with its final count. With values below `u64::MAX / 2`, a test tells the markers
+/// from the records by their value and checks both the records and the keyed state that a
+/// job committed, after any number of failures, restores or savepoints.
+///
+/// ```
+/// use sluice_runtime::prelude::*;
+/// use sluice_runtime::testing::CountingPassThrough;
+///
+/// let env = StreamEnvironment::new();
+/// let out = env
+///     .from_iter(vec![(3u64, 10u64), (1, 11), (3, 12)])
+///     .key_by(|r: &(u64, u64)| r.0)
+///     .process(CountingPassThrough::new())
+///     .collect();
+/// env.execute_blocking("count").unwrap();
+/// let mut v = out.take();
+/// v.sort();
+/// assert_eq!(v, vec![(1, 11), (1, u64::MAX - 1), (3, 10), (3, 12), (3, u64::MAX - 2)]);
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct CountingPassThrough {
+    counter: KeyedCounter,
+}
+
+impl CountingPassThrough {
+    /// A pass-through with no counts.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Operator<(u64, u64)> for CountingPassThrough {
+    type Out = (u64, u64);
+
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.counter.open(ctx)
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: Vec<(u64, u64)>,
+        out: &mut Collector<(u64, u64)>,
+    ) -> Result<(), UserError> {
+        for r in &batch {
+            self.counter.count(r.0);
+        }
+        out.emit_batch(batch);
+        Ok(())
+    }
+
+    fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
+        for (k, c) in self.counter.counts.iter() {
+            out.collect((*k, u64::MAX - *c));
+        }
+        Ok(())
+    }
+
+    fn snapshot_state(
+        &mut self,
+        checkpoint: CheckpointId,
+        out: &mut Collector<(u64, u64)>,
+    ) -> Result<OperatorState, UserError> {
+        self.counter.snapshot_state(checkpoint, out)
+    }
+
+    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
+        self.counter.initialize_state(state)
     }
 }
 

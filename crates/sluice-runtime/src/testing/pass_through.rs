@@ -1,5 +1,5 @@
 //! [`PassThrough`]: a pass-through operator that signals what happens to it, for tests that
-//! need to watch a running job (records seen, snapshots, completed checkpoints).
+//! need to watch a running job (records seen, snapshots, completed checkpoints, end of input).
 
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::state::OperatorState;
@@ -7,11 +7,42 @@ use sluice_core::{CheckpointId, Data, UserError};
 use std::sync::Arc;
 
 /// A hook of a [`PassThrough`]: the subtask's context and what happened.
-type Hook<A> = Arc<dyn Fn(&OperatorContext, A) + Send + Sync>;
+type Hook<A> = Arc<dyn Fn(&OperatorContext, A) -> Result<(), UserError> + Send + Sync>;
+
+/// What a [`PassThrough`] hook returns: nothing, or a `Result` whose error fails the subtask
+/// (as the operator's own error would), e.g. that of `OperatorContext::send_to_coordinator`.
+pub trait HookResult {
+    /// The hook's outcome as a `Result`.
+    fn into_result(self) -> Result<(), UserError>;
+}
+
+impl HookResult for () {
+    fn into_result(self) -> Result<(), UserError> {
+        Ok(())
+    }
+}
+
+impl HookResult for Result<(), UserError> {
+    fn into_result(self) -> Result<(), UserError> {
+        self
+    }
+}
+
+/// `hook` as a [`Hook`].
+fn hook<A, R: HookResult>(
+    hook: impl Fn(&OperatorContext, A) -> R + Send + Sync + 'static,
+) -> Option<Hook<A>> {
+    Some(Arc::new(move |ctx: &OperatorContext, arg: A| {
+        hook(ctx, arg).into_result()
+    }))
+}
 
 /// Passes every record and watermark through unchanged and calls its hooks: on every batch (with
-/// the number of records), at every snapshot and at every completed checkpoint. Clones share the
-/// hooks, so one instance given to the API signals for every subtask.
+/// the number of records), at every snapshot, at every completed checkpoint and at end of input.
+/// Clones share the hooks, so one instance given to the API signals for every subtask. A hook
+/// returns nothing or a [`HookResult`] `Result`, whose error fails the subtask: a hook can send
+/// events to the operator's coordinator, e.g.
+/// `PassThrough::new().on_end_input(|ctx| ctx.send_to_coordinator(&ctx.subtask_index()))`.
 ///
 /// ```
 /// use sluice_runtime::prelude::*;
@@ -36,6 +67,7 @@ pub struct PassThrough {
     on_batch: Option<Hook<usize>>,
     on_snapshot: Option<Hook<CheckpointId>>,
     on_complete: Option<Hook<CheckpointId>>,
+    on_end: Option<Hook<()>>,
 }
 
 impl Clone for PassThrough {
@@ -45,6 +77,7 @@ impl Clone for PassThrough {
             on_batch: self.on_batch.clone(),
             on_snapshot: self.on_snapshot.clone(),
             on_complete: self.on_complete.clone(),
+            on_end: self.on_end.clone(),
         }
     }
 }
@@ -55,6 +88,7 @@ impl std::fmt::Debug for PassThrough {
             .field("on_batch", &self.on_batch.is_some())
             .field("on_snapshot", &self.on_snapshot.is_some())
             .field("on_complete", &self.on_complete.is_some())
+            .field("on_end_input", &self.on_end.is_some())
             .finish()
     }
 }
@@ -73,40 +107,50 @@ impl PassThrough {
             on_batch: None,
             on_snapshot: None,
             on_complete: None,
+            on_end: None,
         }
     }
 
     /// Calls `hook` after passing on each batch, with its number of records.
-    pub fn on_batch(
+    pub fn on_batch<R: HookResult>(
         mut self,
-        hook: impl Fn(&OperatorContext, usize) + Send + Sync + 'static,
+        hook: impl Fn(&OperatorContext, usize) -> R + Send + Sync + 'static,
     ) -> Self {
-        self.on_batch = Some(Arc::new(hook));
+        self.on_batch = self::hook(hook);
         self
     }
 
     /// Calls `hook` at each snapshot (the barrier reached this subtask).
-    pub fn on_snapshot(
+    pub fn on_snapshot<R: HookResult>(
         mut self,
-        hook: impl Fn(&OperatorContext, CheckpointId) + Send + Sync + 'static,
+        hook: impl Fn(&OperatorContext, CheckpointId) -> R + Send + Sync + 'static,
     ) -> Self {
-        self.on_snapshot = Some(Arc::new(hook));
+        self.on_snapshot = self::hook(hook);
         self
     }
 
     /// Calls `hook` when a checkpoint completed.
-    pub fn on_checkpoint_complete(
+    pub fn on_checkpoint_complete<R: HookResult>(
         mut self,
-        hook: impl Fn(&OperatorContext, CheckpointId) + Send + Sync + 'static,
+        hook: impl Fn(&OperatorContext, CheckpointId) -> R + Send + Sync + 'static,
     ) -> Self {
-        self.on_complete = Some(Arc::new(hook));
+        self.on_complete = self::hook(hook);
+        self
+    }
+
+    /// Calls `hook` at end of input, after the last batch.
+    pub fn on_end_input<R: HookResult>(
+        mut self,
+        hook: impl Fn(&OperatorContext) -> R + Send + Sync + 'static,
+    ) -> Self {
+        self.on_end = self::hook(move |ctx, ()| hook(ctx));
         self
     }
 
     fn call<A>(&self, hook: &Option<Hook<A>>, arg: A) -> Result<(), UserError> {
         if let Some(hook) = hook {
             let ctx = self.ctx.as_ref().ok_or("PassThrough used before open")?;
-            hook(ctx, arg);
+            hook(ctx, arg)?;
         }
         Ok(())
     }
@@ -137,5 +181,9 @@ impl<T: Data> Operator<T> for PassThrough {
 
     fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<(), UserError> {
         self.call(&self.on_complete, checkpoint)
+    }
+
+    fn end_input(&mut self, _out: &mut Collector<T>) -> Result<(), UserError> {
+        self.call(&self.on_end, ())
     }
 }
