@@ -272,7 +272,8 @@ impl AttemptMachine {
 
     /// When the machine next wants [`Fact::Time`], in the master's milliseconds.
     pub(crate) fn next_deadline_ms(&self) -> Option<u64> {
-        if self.ended {
+        // Finishing, no checkpoint starts (and none may expire-and-retrigger): nothing to wake for.
+        if self.ended || self.finishing {
             return None;
         }
         self.checkpoints

@@ -323,7 +323,9 @@ fn stop_with_savepoint_finishes_the_tasks_after_the_savepoint() {
     // A peer that loses its channel to a task that finished first is not a failure.
     let peer_gone = Fact::TaskFailed(TaskError::PeerGone("upstream channel closed".into()));
     assert!(m.on(peer_gone, 9).is_empty());
-    // No checkpoint starts any more, and events lost to finished tasks do not matter.
+    // No checkpoint starts any more (and the master is not woken for one), and events lost to
+    // finished tasks do not matter.
+    assert_eq!(m.next_deadline_ms(), None);
     assert!(m.on(Fact::Time, 5000).is_empty());
     assert!(
         m.on(Fact::EventLost(JobError::Internal("lost".into())), 5001)
