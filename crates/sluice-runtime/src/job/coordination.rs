@@ -35,22 +35,38 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
+/// The state of one holder that the valve transport shares with it, under one lock.
+#[derive(Default)]
+struct HolderState {
+    valve: EventValve<OperatorEvent>,
+    /// Acknowledgements owed for events the valve holds.
+    waiting: HashMap<EventId, AckSender>,
+    /// The mailbox of each running subtask attempt.
+    mailboxes: BTreeMap<SubtaskAttempt, mpsc::Sender<TaskControl>>,
+    /// Attempts whose events were lost while they ran: they must be failed over.
+    lost: Vec<SubtaskAttempt>,
+    /// Why the valve refused to close for a checkpoint, if it did.
+    close_error: Option<String>,
+}
+
 /// What the valve transport shares with the holder.
 struct Shared {
     node: NodeId,
-    valve: Mutex<EventValve<OperatorEvent>>,
-    /// Acknowledgements owed for events the valve holds.
-    waiting: Mutex<HashMap<EventId, AckSender>>,
-    /// The mailbox of each running subtask attempt.
-    mailboxes: Mutex<BTreeMap<SubtaskAttempt, mpsc::Sender<TaskControl>>>,
-    /// Attempts whose events were lost while they ran: they must be failed over.
-    lost: Mutex<Vec<SubtaskAttempt>>,
-    /// Why the valve refused to close for a checkpoint, if it did.
-    close_error: Mutex<Option<String>>,
+    state: Mutex<HolderState>,
     /// Held across a valve decision and the mailbox hand-off, so that events released by the
-    /// master and events sent by the coordinator thread reach a mailbox in valve order.
+    /// master and events sent by the coordinator thread reach a mailbox in valve order. It is
+    /// not the state's lock: a hand-off may wait for room in a mailbox, and nothing but other
+    /// deliveries must wait with it.
     order: Mutex<()>,
     ready: tokio::sync::Notify,
+}
+
+/// Why an event did not reach a mailbox.
+enum EnqueueError {
+    /// The mailbox is full and waiting is not allowed where the caller runs.
+    Full,
+    /// The task is gone.
+    Gone,
 }
 
 impl Shared {
@@ -61,7 +77,7 @@ impl Shared {
         id: EventId,
         event: OperatorEvent,
     ) -> Result<(), SendError> {
-        let tx = lock(&self.mailboxes).get(&target).cloned();
+        let tx = lock(&self.state).mailboxes.get(&target).cloned();
         let sent = match tx {
             None => Err(SendError::TaskNotRunning { target }),
             Some(tx) => enqueue(
@@ -71,22 +87,21 @@ impl Shared {
                     event,
                 },
             )
-            .map_err(|full| {
-                if full {
-                    SendError::MailboxFull { target }
-                } else {
-                    SendError::TaskNotRunning { target }
-                }
+            .map_err(|e| match e {
+                EnqueueError::Full => SendError::MailboxFull { target },
+                EnqueueError::Gone => SendError::TaskNotRunning { target },
             }),
         };
-        match &sent {
-            Ok(()) => {
-                lock(&self.valve).acked(id);
-            }
-            Err(_) => {
-                let failure = lock(&self.valve).delivery_failed(id);
-                if let Some(t) = failure.failover {
-                    lock(&self.lost).push(t);
+        {
+            let mut st = lock(&self.state);
+            match &sent {
+                Ok(()) => {
+                    st.valve.acked(id);
+                }
+                Err(_) => {
+                    if let Some(t) = st.valve.delivery_failed(id).failover {
+                        st.lost.push(t);
+                    }
                 }
             }
         }
@@ -99,7 +114,8 @@ impl Shared {
     fn release(&self, releases: Vec<Release<OperatorEvent>>) {
         for r in releases {
             let result = self.deliver(r.target, r.id, r.event);
-            if let Some(ack) = lock(&self.waiting).remove(&r.id) {
+            let ack = lock(&self.state).waiting.remove(&r.id);
+            if let Some(ack) = ack {
                 match result {
                     Ok(()) => ack.ack(),
                     Err(e) => ack.fail(e),
@@ -110,18 +126,18 @@ impl Shared {
 }
 
 /// Puts `msg` into a task's mailbox. Blocks only a plain thread (the coordinator's), or a worker
-/// of a multi-threaded runtime after handing its other tasks away; `Err(true)` when the mailbox is
-/// full and waiting is not allowed here, `Err(false)` when the task is gone.
-fn enqueue(tx: &mpsc::Sender<TaskControl>, msg: TaskControl) -> Result<(), bool> {
+/// of a multi-threaded runtime after handing its other tasks away.
+fn enqueue(tx: &mpsc::Sender<TaskControl>, msg: TaskControl) -> Result<(), EnqueueError> {
     match tx.try_send(msg) {
         Ok(()) => Ok(()),
-        Err(TrySendError::Closed(_)) => Err(false),
+        Err(TrySendError::Closed(_)) => Err(EnqueueError::Gone),
         Err(TrySendError::Full(msg)) => match tokio::runtime::Handle::try_current() {
-            Err(_) => tx.blocking_send(msg).map_err(|_| false),
+            Err(_) => tx.blocking_send(msg).map_err(|_| EnqueueError::Gone),
             Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(|| tx.blocking_send(msg)).map_err(|_| false)
+                tokio::task::block_in_place(|| tx.blocking_send(msg))
+                    .map_err(|_| EnqueueError::Gone)
             }
-            Ok(_) => Err(true),
+            Ok(_) => Err(EnqueueError::Full),
         },
     }
 }
@@ -132,7 +148,7 @@ struct ValveTransport(Arc<Shared>);
 impl EventTransport for ValveTransport {
     fn send(&self, target: SubtaskAttempt, event: OperatorEvent) -> AckFuture {
         let _order = lock(&self.0.order);
-        let outcome = lock(&self.0.valve).send(target, event);
+        let outcome = lock(&self.0.state).valve.send(target, event);
         match outcome {
             SendOutcome::Deliver { id, event } => match self.0.deliver(target, id, event) {
                 Ok(()) => AckFuture::acked(),
@@ -140,7 +156,7 @@ impl EventTransport for ValveTransport {
             },
             SendOutcome::Held { id } => {
                 let (ack, fut) = AckFuture::channel(target);
-                lock(&self.0.waiting).insert(id, ack);
+                lock(&self.0.state).waiting.insert(id, ack);
                 fut
             }
             SendOutcome::NotRunning { .. } => {
@@ -217,11 +233,7 @@ impl Coordinators {
                 coordinator,
                 shared: Arc::new(Shared {
                     node: n.id,
-                    valve: Mutex::new(EventValve::new()),
-                    waiting: Mutex::new(HashMap::new()),
-                    mailboxes: Mutex::new(BTreeMap::new()),
-                    lost: Mutex::new(Vec::new()),
-                    close_error: Mutex::new(None),
+                    state: Mutex::new(HolderState::default()),
                     order: Mutex::new(()),
                     ready: tokio::sync::Notify::new(),
                 }),
@@ -279,9 +291,9 @@ impl Coordinators {
             for s in 0..h.parallelism {
                 let target = SubtaskAttempt::new(s, attempt);
                 if let Some(tx) = mailboxes.get(&(h.node, s)) {
-                    lock(&h.shared.mailboxes).insert(target, tx.clone());
+                    lock(&h.shared.state).mailboxes.insert(target, tx.clone());
                 }
-                lock(&h.shared.valve).attempt_ready(target);
+                lock(&h.shared.state).valve.attempt_ready(target);
                 h.live.attempt_ready(s, attempt);
                 h.attempts[s] = Some(attempt);
                 let transport: Arc<dyn EventTransport> = Arc::new(ValveTransport(h.shared.clone()));
@@ -352,7 +364,8 @@ impl Coordinators {
 
     async fn start_one(h: &mut Holder, id: CheckpointId) -> Result<CoordinatorPart, String> {
         let name = h.name.clone();
-        lock(&h.shared.valve)
+        lock(&h.shared.state)
+            .valve
             .trigger(id)
             .map_err(|e| format!("coordinator of '{name}': {e}"))?;
         let shared = h.shared.clone();
@@ -362,8 +375,9 @@ impl Coordinators {
         let result = result.with_completion_hook(move |c, outcome| {
             if outcome.is_ok() {
                 let _order = lock(&shared.order);
-                if let Err(e) = lock(&shared.valve).coordinator_checkpoint_taken(c) {
-                    *lock(&shared.close_error) = Some(e.to_string());
+                let mut st = lock(&shared.state);
+                if let Err(e) = st.valve.coordinator_checkpoint_taken(c) {
+                    st.close_error = Some(e.to_string());
                 }
             }
             shared.ready.notify_waiters();
@@ -385,10 +399,11 @@ impl Coordinators {
                 tokio::pin!(notified);
                 notified.as_mut().enable();
                 {
-                    if let Some(e) = lock(&shared.close_error).take() {
+                    let mut st = lock(&shared.state);
+                    if let Some(e) = st.close_error.take() {
                         return Err(format!("coordinator of '{name}': {e}"));
                     }
-                    match lock(&shared.valve).readiness(id) {
+                    match st.valve.readiness(id) {
                         Some(Readiness::Ready) => return Ok((node, state)),
                         Some(Readiness::Failed) => {
                             return Err(format!(
@@ -419,8 +434,9 @@ impl Coordinators {
     ) {
         if let Some(h) = self.holders.iter().find(|h| h.node == node) {
             let _order = lock(&h.shared.order);
-            let released =
-                lock(&h.shared.valve).barrier_taken(SubtaskAttempt::new(subtask, attempt), id);
+            let released = lock(&h.shared.state)
+                .valve
+                .barrier_taken(SubtaskAttempt::new(subtask, attempt), id);
             if let Ok(released) = released {
                 h.shared.release(released);
             }
@@ -432,7 +448,8 @@ impl Coordinators {
         for h in &mut self.holders {
             {
                 let _order = lock(&h.shared.order);
-                let released = lock(&h.shared.valve)
+                let released = lock(&h.shared.state)
+                    .valve
                     .checkpoint_complete(id)
                     .unwrap_or_default();
                 h.shared.release(released);
@@ -452,7 +469,8 @@ impl Coordinators {
         for h in &mut self.holders {
             {
                 let _order = lock(&h.shared.order);
-                let released = lock(&h.shared.valve)
+                let released = lock(&h.shared.state)
+                    .valve
                     .checkpoint_aborted(id)
                     .unwrap_or_default();
                 h.shared.release(released);
@@ -468,7 +486,7 @@ impl Coordinators {
     /// The failure to fail over with if an event was lost while its target ran.
     pub(crate) fn lost_event(&self) -> Option<JobError> {
         self.holders.iter().find_map(|h| {
-            let target = lock(&h.shared.lost).drain(..).next()?;
+            let target = lock(&h.shared.state).lost.drain(..).next()?;
             Some(coordinator_error(
                 h.node,
                 &h.name,
@@ -493,10 +511,13 @@ impl Coordinators {
             for s in 0..h.parallelism {
                 if let Some(attempt) = h.attempts[s].take() {
                     let target = SubtaskAttempt::new(s, attempt);
-                    lock(&h.shared.mailboxes).remove(&target);
-                    let failed = lock(&h.shared.valve).attempt_failed(target);
+                    let failed = {
+                        let mut st = lock(&h.shared.state);
+                        st.mailboxes.remove(&target);
+                        st.valve.attempt_failed(target)
+                    };
                     for (id, _) in failed.dropped {
-                        let ack = lock(&h.shared.waiting).remove(&id);
+                        let ack = lock(&h.shared.state).waiting.remove(&id);
                         if let Some(ack) = ack {
                             ack.fail(SendError::TaskNotRunning { target });
                         }
@@ -512,7 +533,7 @@ impl Coordinators {
             }
             {
                 let _order = lock(&h.shared.order);
-                let released = lock(&h.shared.valve).reset();
+                let released = lock(&h.shared.state).valve.reset();
                 h.shared.release(released);
             }
             let (id, state) = match restore {
