@@ -166,6 +166,13 @@ impl AsyncBatchError {
 pub struct Batched<B>(pub(crate) B);
 
 impl<B> Batched<B> {
+    /// Wraps `func` so that it can also run one record per call (`AsyncWait::new(Batched::new(f))`
+    /// sends batches of one, for comparisons); [`AsyncWait::batched`](crate::AsyncWait::batched)
+    /// wraps it itself.
+    pub fn new(func: B) -> Self {
+        Batched(func)
+    }
+
     /// The batch function.
     pub fn inner(&self) -> &B {
         &self.0

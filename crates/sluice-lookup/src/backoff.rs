@@ -55,7 +55,9 @@ impl Reconnect {
         if n == 0 || n > self.retries {
             return None;
         }
-        let factor = self.multiplier.powi(i32::try_from(n - 1).unwrap_or(i32::MAX));
+        let factor = self
+            .multiplier
+            .powi(i32::try_from(n - 1).unwrap_or(i32::MAX));
         let delay = self.initial.as_secs_f64() * factor;
         Some(if delay.is_finite() && delay < self.max.as_secs_f64() {
             Duration::from_secs_f64(delay)

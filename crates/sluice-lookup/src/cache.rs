@@ -129,6 +129,8 @@ pub(crate) struct Counters {
     pub(crate) round_trips: AtomicU64,
     pub(crate) keys_fetched: AtomicU64,
     pub(crate) connection_retries: AtomicU64,
+    /// Woken after every batch and every connection retry.
+    pub(crate) changed: tokio::sync::Notify,
 }
 
 impl Counters {
@@ -167,6 +169,18 @@ impl LookupMetrics {
     /// The figures so far.
     pub fn snapshot(&self) -> LookupMetricsSnapshot {
         self.total.read_snapshot()
+    }
+
+    /// Waits until `condition` holds for the figures; they are checked after every batch and
+    /// every connection retry (for tests and monitors that react to a lookup's progress).
+    pub async fn wait_until(&self, condition: impl Fn(&LookupMetricsSnapshot) -> bool) {
+        loop {
+            let changed = self.total.changed.notified();
+            if condition(&self.snapshot()) {
+                return;
+            }
+            changed.await;
+        }
     }
 }
 

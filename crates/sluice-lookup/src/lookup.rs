@@ -189,9 +189,7 @@ where
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         self.source.connect()?;
         let counters = Arc::new(Counters::default());
-        let cache = self
-            .cache
-            .map(|c| c.build(S::weight, counters.clone()));
+        let cache = self.cache.map(|c| c.build(S::weight, counters.clone()));
         self.subtask = Some(Subtask {
             cache,
             counters,
@@ -226,6 +224,7 @@ where
             )
             .await;
             publish(&subtask);
+            total.changed.notify_waiters();
             let values = values?;
             inputs
                 .into_iter()
@@ -245,11 +244,7 @@ async fn look_up<S: LookupSource>(
     reconnect: Reconnect,
     counters: [&Arc<Counters>; 2],
 ) -> Result<Vec<Option<S::Value>>, LookupError> {
-    let count = |field: fn(&Counters) -> &std::sync::atomic::AtomicU64, n: u64| {
-        for c in counters {
-            c.add(field, n);
-        }
-    };
+    let count = |field: Field, n: u64| add_all(counters, field, n);
     let mut values: Vec<Option<S::Value>> = vec![None; keys.len()];
     // Distinct keys to fetch, and for each key position the index of its key in that list.
     let mut wanted: Vec<S::Key> = Vec::new();
@@ -276,7 +271,7 @@ async fn look_up<S: LookupSource>(
     if wanted.is_empty() {
         return Ok(values);
     }
-    let fetched = fetch_with_retries(source, &wanted, reconnect, &count).await?;
+    let fetched = fetch_with_retries(source, &wanted, reconnect, counters).await?;
     if fetched.len() != wanted.len() {
         return Err(LookupError::Answer {
             server: source.server().to_string(),
@@ -301,8 +296,9 @@ async fn fetch_with_retries<S: LookupSource>(
     source: &S,
     keys: &[S::Key],
     reconnect: Reconnect,
-    count: &impl Fn(fn(&Counters) -> &std::sync::atomic::AtomicU64, u64),
+    counters: [&Arc<Counters>; 2],
 ) -> Result<Vec<Option<S::Value>>, LookupError> {
+    let count = |field: Field, n: u64| add_all(counters, field, n);
     let mut retries = 0;
     let mut waited = Duration::ZERO;
     loop {
@@ -324,8 +320,20 @@ async fn fetch_with_retries<S: LookupSource>(
         };
         tracing::warn!(server = source.server(), %error, ?delay, "lookup failed to connect; retrying");
         count(|c| &c.connection_retries, 1);
+        for c in counters {
+            c.changed.notify_waiters();
+        }
         waited += delay;
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// A counter of [`Counters`].
+type Field = fn(&Counters) -> &std::sync::atomic::AtomicU64;
+
+fn add_all(counters: [&Arc<Counters>; 2], field: Field, n: u64) {
+    for c in counters {
+        c.add(field, n);
     }
 }
 

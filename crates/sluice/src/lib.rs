@@ -24,7 +24,8 @@ pub use sluice_runtime::*;
 /// Everything a job definition usually needs.
 pub mod prelude {
     pub use sluice_async_io::{
-        AsyncDataStream, AsyncFunction, AsyncRetryStrategy, AsyncWait, async_fn,
+        AsyncBatchFunction, AsyncDataStream, AsyncFunction, AsyncRetryStrategy, AsyncWait,
+        async_fn,
     };
     pub use sluice_runtime::prelude::*;
 }

@@ -33,6 +33,7 @@ use crate::error::{AsyncCallError, describe};
 use crate::function::AsyncFunction;
 use crate::retry::{AsyncRetryStrategy, retries_result};
 use crate::slab::{FutureSlab, Polled};
+use futures::channel::oneshot;
 use sluice_core::UserError;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -41,7 +42,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// How the operator turns an attempt of a record into a future.
@@ -121,6 +121,11 @@ where
 }
 
 /// A record's answer from its batch.
+///
+/// The channel is `futures`' one-shot, not tokio's: tokio's channels take part in tokio's
+/// cooperative budget, and a task that spent its budget would see every reply as pending (with
+/// its wake-up deferred) however many times the operator polled it. The operator bounds its own
+/// work per poll, so its internal hand-over must not be budgeted.
 pub(crate) struct Reply<R>(oneshot::Receiver<Result<R, UserError>>);
 
 impl<R> Future for Reply<R> {
@@ -236,7 +241,7 @@ where
         let mut inputs = Vec::with_capacity(take);
         let mut members = Vec::with_capacity(take);
         for w in self.pending.drain(..take) {
-            if !w.member.reply.is_closed() {
+            if !w.member.reply.is_canceled() {
                 inputs.push(w.input);
                 members.push(w.member);
             }
@@ -275,7 +280,7 @@ where
         for (slot, members) in self.members.iter_mut().enumerate() {
             let abandoned = members
                 .as_ref()
-                .is_some_and(|m| m.iter().all(|m| m.reply.is_closed()));
+                .is_some_and(|m| m.iter().all(|m| m.reply.is_canceled()));
             if abandoned {
                 *members = None;
                 self.sent.cancel(slot);

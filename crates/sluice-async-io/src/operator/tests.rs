@@ -7,9 +7,10 @@
 //! the order of completions is free), so the batched operator passes the same tests.
 //!
 //! The tests run unconstrained by tokio's cooperative budget: they drive the operator by hand,
-//! polling many one-shot channels within a single poll of the test's task, and once the budget
-//! is spent tokio defers those channels' wake-ups until the task yields, which a hand-driven
-//! test never does. (The task loop yields after every turn, so jobs are not affected.)
+//! polling many of [`Gated`]'s tokio one-shot channels within a single poll of the test's task,
+//! and once the budget is spent tokio defers those channels' wake-ups until the task yields,
+//! which a hand-driven test never does. (The operator's own hand-over from a batch to its
+//! records uses `futures`' one-shot, which has no budget; see `calls.rs`.)
 
 use super::*;
 use crate::batch::{AsyncBatchFunction, BatchRetryScope, Batched};
