@@ -16,10 +16,10 @@ use crate::backoff::Reconnect;
 use crate::cache::{Counters, LookupCache, LookupMetrics};
 use crate::error::LookupError;
 use crate::source::LookupSource;
+use rustc_hash::FxHashMap;
 use sluice_async_io::AsyncBatchFunction;
 use sluice_core::{Data, UserError};
 use sluice_runtime::{OperatorContext, OperatorMetrics};
-use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -216,7 +216,7 @@ where
             };
             let values = look_up(
                 &source,
-                keys,
+                &keys,
                 subtask.cache.as_ref(),
                 cache_missing,
                 reconnect,
@@ -238,7 +238,7 @@ where
 /// The values of `keys`: from the cache where it has them, the rest in one round trip.
 async fn look_up<S: LookupSource>(
     source: &S,
-    keys: Vec<S::Key>,
+    keys: &[S::Key],
     cache: Option<&moka::future::Cache<S::Key, Option<S::Value>>>,
     cache_missing: bool,
     reconnect: Reconnect,
@@ -246,47 +246,60 @@ async fn look_up<S: LookupSource>(
 ) -> Result<Vec<Option<S::Value>>, LookupError> {
     let count = |field: Field, n: u64| add_all(counters, field, n);
     let mut values: Vec<Option<S::Value>> = vec![None; keys.len()];
-    // Distinct keys to fetch, and for each key position the index of its key in that list.
-    let mut wanted: Vec<S::Key> = Vec::new();
-    let mut index: HashMap<S::Key, usize> = HashMap::new();
+    // The distinct keys to fetch (indices into `keys`), and for each record not answered by
+    // the cache the index of its key among them.
+    let mut distinct: Vec<usize> = Vec::new();
+    let mut index: FxHashMap<&S::Key, usize> = FxHashMap::default();
     let mut from_fetch: Vec<(usize, usize)> = Vec::new();
     let mut hits = 0;
-    for (i, key) in keys.into_iter().enumerate() {
+    for (i, key) in keys.iter().enumerate() {
         if let Some(cache) = cache
-            && let Some(cached) = cache.get(&key).await
+            && let Some(cached) = cache.get(key).await
         {
             values[i] = cached;
             hits += 1;
             continue;
         }
-        let next = wanted.len();
-        let at = *index.entry(key.clone()).or_insert(next);
+        let next = distinct.len();
+        let at = *index.entry(key).or_insert(next);
         if at == next {
-            wanted.push(key);
+            distinct.push(i);
         }
         from_fetch.push((i, at));
     }
     count(|c| &c.hits, hits);
     count(|c| &c.misses, from_fetch.len() as u64);
-    if wanted.is_empty() {
+    if distinct.is_empty() {
         return Ok(values);
     }
-    let fetched = fetch_with_retries(source, &wanted, reconnect, counters).await?;
+    let wanted: Vec<S::Key> = distinct.iter().map(|&i| keys[i].clone()).collect();
+    drop(index);
+    let mut fetched = fetch_with_retries(source, &wanted, reconnect, counters).await?;
     if fetched.len() != wanted.len() {
         return Err(LookupError::Answer {
             server: source.server().to_string(),
             reason: format!("{} values for {} keys", fetched.len(), wanted.len()),
         });
     }
-    for &(i, at) in &from_fetch {
-        values[i] = fetched[at].clone();
-    }
     if let Some(cache) = cache {
-        for (key, value) in wanted.into_iter().zip(fetched) {
+        for (key, value) in wanted.into_iter().zip(&fetched) {
             if value.is_some() || cache_missing {
-                cache.insert(key, value).await;
+                cache.insert(key, value.clone()).await;
             }
         }
+    }
+    // A key asked by several records is cloned for all but its last one, which takes it.
+    let mut uses = vec![0u32; fetched.len()];
+    for &(_, at) in &from_fetch {
+        uses[at] += 1;
+    }
+    for (i, at) in from_fetch {
+        uses[at] -= 1;
+        values[i] = if uses[at] == 0 {
+            fetched[at].take()
+        } else {
+            fetched[at].clone()
+        };
     }
     Ok(values)
 }

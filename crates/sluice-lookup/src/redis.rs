@@ -6,6 +6,7 @@ use crate::error::{Cause, LookupError};
 use crate::source::LookupSource;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a [`RedisSource`] reads per key.
@@ -40,13 +41,13 @@ pub struct RedisSource {
     connection: Option<ConnectionManager>,
 }
 
-/// A value read from Redis.
+/// A value read from Redis; cloning it (for the cache) only counts a reference.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RedisValue {
     /// A string's bytes (`MGET`).
-    Bytes(Vec<u8>),
+    Bytes(Arc<[u8]>),
     /// A hash's fields and values (`HGETALL`), in the server's order.
-    Hash(Vec<(String, String)>),
+    Hash(Arc<[(String, String)]>),
 }
 
 impl RedisValue {
@@ -180,7 +181,7 @@ impl LookupSource for RedisSource {
                         .map_err(|e| this.error(e))?;
                     Ok(values
                         .into_iter()
-                        .map(|v| v.map(RedisValue::Bytes))
+                        .map(|v| v.map(|b| RedisValue::Bytes(b.into())))
                         .collect())
                 }
                 Err(pipe) => {
@@ -190,7 +191,7 @@ impl LookupSource for RedisSource {
                         .map_err(|e| this.error(e))?;
                     Ok(hashes
                         .into_iter()
-                        .map(|h| (!h.is_empty()).then_some(RedisValue::Hash(h)))
+                        .map(|h| (!h.is_empty()).then(|| RedisValue::Hash(h.into())))
                         .collect())
                 }
             }

@@ -24,8 +24,7 @@ pub use sluice_runtime::*;
 /// Everything a job definition usually needs.
 pub mod prelude {
     pub use sluice_async_io::{
-        AsyncBatchFunction, AsyncDataStream, AsyncFunction, AsyncRetryStrategy, AsyncWait,
-        async_fn,
+        AsyncBatchFunction, AsyncDataStream, AsyncFunction, AsyncRetryStrategy, AsyncWait, async_fn,
     };
     pub use sluice_runtime::prelude::*;
 }

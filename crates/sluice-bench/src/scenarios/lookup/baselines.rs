@@ -3,7 +3,9 @@
 //! `CAPACITY / BATCH` calls in flight (`buffer_unordered`) on the same kind of connection as
 //! sluice's side (one multiplexed Redis connection; a pool of [`PG_CONNECTIONS`]).
 
-use super::workload::{BATCH, CAPACITY, PG_CONNECTIONS, digest_step, enriched, pg_query, redis_key};
+use super::workload::{
+    BATCH, CAPACITY, PG_CONNECTIONS, digest_step, enriched, pg_query, redis_key,
+};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 
@@ -18,8 +20,10 @@ pub async fn redis(url: &str, keys: &[u64]) -> anyhow::Result<u64> {
             let mut conn = conn.clone();
             let names: Vec<String> = chunk.iter().map(|&id| redis_key(id)).collect();
             async move {
-                let values: Vec<Option<Vec<u8>>> =
-                    redis::cmd("MGET").arg(&names).query_async(&mut conn).await?;
+                let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+                    .arg(&names)
+                    .query_async(&mut conn)
+                    .await?;
                 Ok::<u64, anyhow::Error>(
                     chunk
                         .iter()

@@ -1,7 +1,9 @@
 //! The sluice sides of `lookup`: source of keys -> async wait of a `sluice-lookup` lookup ->
 //! digest sink, at parallelism 1, per record or batched, with or without a cache.
 
-use super::workload::{BATCH, CAPACITY, PG_CONNECTIONS, digest_step, enriched, pg_query, redis_key};
+use super::workload::{
+    BATCH, CAPACITY, PG_CONNECTIONS, digest_step, enriched, pg_query, redis_key,
+};
 use sluice::async_io::Batched;
 use sluice::prelude::*;
 use sluice_lookup::{Lookup, LookupCache, PostgresSource, RedisSource, RedisValue, Row};

@@ -42,7 +42,11 @@ pub struct Args {
     #[arg(long = "case", value_enum)]
     case: Option<Backend>,
     /// The Redis server.
-    #[arg(long, env = "SLUICE_REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
+    #[arg(
+        long,
+        env = "SLUICE_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/"
+    )]
     redis_url: String,
     /// The PostgreSQL server.
     #[arg(
@@ -65,9 +69,7 @@ enum Backend {
 /// Runs the scenario and prints its report.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let quick = args.common.quick;
-    let records = args
-        .records
-        .unwrap_or(if quick { 50_000 } else { 200_000 });
+    let records = args.records.unwrap_or(if quick { 50_000 } else { 200_000 });
     let reps = args.common.reps_or(3, 7);
     let rt = runtime()?;
     let mut report = Report::new(args.common.json);
