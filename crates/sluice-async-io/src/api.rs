@@ -448,12 +448,7 @@ impl AsyncDataStream {
         In: Data + Serialize + DeserializeOwned,
         B: AsyncBatchFunction<In>,
     {
-        AsyncWait::batched(func)
-            .max_batch_size(max_batch_size)
-            .max_batch_delay(max_batch_delay)
-            .timeout(timeout)
-            .capacity(capacity)
-            .apply(stream)
+        batched_wait(func, timeout, capacity, max_batch_size, max_batch_delay).apply(stream)
     }
 
     /// Batched calls, results as they complete, never across a watermark; see
@@ -470,11 +465,7 @@ impl AsyncDataStream {
         In: Data + Serialize + DeserializeOwned,
         B: AsyncBatchFunction<In>,
     {
-        AsyncWait::batched(func)
-            .max_batch_size(max_batch_size)
-            .max_batch_delay(max_batch_delay)
-            .timeout(timeout)
-            .capacity(capacity)
+        batched_wait(func, timeout, capacity, max_batch_size, max_batch_delay)
             .unordered()
             .apply(stream)
     }
@@ -499,4 +490,23 @@ impl AsyncDataStream {
             .key_ordered(key_fn)
             .apply(stream)
     }
+}
+
+/// The builder behind the batched [`AsyncDataStream`] helpers.
+fn batched_wait<In, B>(
+    func: B,
+    timeout: Duration,
+    capacity: usize,
+    max_batch_size: usize,
+    max_batch_delay: Duration,
+) -> AsyncWait<In, Batched<B>, Batching>
+where
+    In: Data + Serialize + DeserializeOwned,
+    B: AsyncBatchFunction<In>,
+{
+    AsyncWait::batched(func)
+        .max_batch_size(max_batch_size)
+        .max_batch_delay(max_batch_delay)
+        .timeout(timeout)
+        .capacity(capacity)
 }

@@ -44,8 +44,8 @@ pub struct RedisSource {
 /// A value read from Redis; cloning it (for the cache) only counts a reference.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RedisValue {
-    /// A string's bytes (`MGET`).
-    Bytes(Arc<[u8]>),
+    /// A string's bytes (`MGET`), as the client read them (no copy).
+    Bytes(bytes::Bytes),
     /// A hash's fields and values (`HGETALL`), in the server's order.
     Hash(Arc<[(String, String)]>),
 }
@@ -175,13 +175,13 @@ impl LookupSource for RedisSource {
             };
             match command {
                 Ok(mget) => {
-                    let values: Vec<Option<Vec<u8>>> = mget
+                    let values: Vec<Option<bytes::Bytes>> = mget
                         .query_async(&mut conn)
                         .await
                         .map_err(|e| this.error(e))?;
                     Ok(values
                         .into_iter()
-                        .map(|v| v.map(|b| RedisValue::Bytes(b.into())))
+                        .map(|v| v.map(RedisValue::Bytes))
                         .collect())
                 }
                 Err(pipe) => {
