@@ -229,7 +229,7 @@ impl<In, R, S: Clone, BFut: Future> Clone for Batches<In, R, S, BFut> {
 
 impl<In, R, S, BFut> Batches<In, R, S, BFut>
 where
-    In: std::fmt::Debug,
+    In: std::fmt::Debug + Clone,
     BFut: Future<Output = Result<Vec<R>, UserError>>,
 {
     /// Sends the first `max_size` pending records (those still waiting for an answer).
@@ -253,11 +253,13 @@ where
             return Err("async batch calls exceed the operator's capacity".into());
         };
         let attempt = members[0].attempt;
-        let described = (inputs.len(), describe(&inputs));
+        // Only the first input is kept for a panic message: describing the whole batch up
+        // front would cost a formatting pass over every batch sent.
+        let (count, first) = (inputs.len(), inputs[0].clone());
         let send = &self.send;
         let fut = catch_unwind(AssertUnwindSafe(|| send(func, inputs))).map_err(|p| {
             Box::new(AsyncCallError::Panicked {
-                input: format!("batch of {}: {}", described.0, described.1),
+                input: format!("{} (first of a batch of {count})", describe(&first)),
                 attempt,
                 message: sluice_core::panic_message(p.as_ref()),
             }) as UserError
@@ -357,7 +359,7 @@ where
 
 impl<In, B, S, BFut> Invoker<In, Batched<B>> for Batches<In, B::Results, S, BFut>
 where
-    In: Send + std::fmt::Debug + 'static,
+    In: Send + Clone + std::fmt::Debug + 'static,
     B: AsyncBatchFunction<In>,
     S: Fn(&B, Vec<In>) -> BFut + Clone,
     BFut: Future<Output = Result<Vec<B::Results>, UserError>>,
