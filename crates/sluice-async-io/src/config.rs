@@ -9,6 +9,11 @@ use std::time::Duration;
 /// The number of requests in flight per subtask when none is given (Flink's default).
 pub const DEFAULT_CAPACITY: usize = 100;
 
+/// How long a batch waits for more records by default ([`AsyncWait::max_batch_delay`]).
+///
+/// [`AsyncWait::max_batch_delay`]: crate::AsyncWait::max_batch_delay
+pub const DEFAULT_BATCH_DELAY: Duration = Duration::from_millis(10);
+
 /// The largest capacity accepted: beyond this a subtask would hold an unreasonable number of
 /// inputs and futures in memory.
 pub const MAX_CAPACITY: usize = 1 << 20;
@@ -56,6 +61,14 @@ pub enum AsyncConfigError {
         /// The timeout.
         timeout: Duration,
     },
+    /// A batch size of 0 or above [`MAX_CAPACITY`].
+    #[error("async max batch size must be between 1 and {MAX_CAPACITY}, got {0}")]
+    BatchSize(usize),
+    /// A non-zero batch delay below [`MIN_TIMEOUT`].
+    #[error(
+        "async max batch delay {0:?} is below the timer's 1 ms resolution; use at least 1 ms, or 0 to send at once"
+    )]
+    BatchDelayBelowResolution(Duration),
     /// A retry strategy allows no retry at all.
     #[error("retry max_attempts must be at least 1, got 0")]
     MaxAttempts,
@@ -110,6 +123,20 @@ pub(crate) fn validate(
     Ok(())
 }
 
+/// Checks how records are grouped into batches.
+pub(crate) fn validate_batching(
+    max_size: usize,
+    max_delay: Duration,
+) -> Result<(), AsyncConfigError> {
+    if max_size == 0 || max_size > MAX_CAPACITY {
+        return Err(AsyncConfigError::BatchSize(max_size));
+    }
+    if !max_delay.is_zero() && max_delay < MIN_TIMEOUT {
+        return Err(AsyncConfigError::BatchDelayBelowResolution(max_delay));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +165,13 @@ mod tests {
             "retry delay 100ms is not shorter than the timeout 100ms, so no retry could run before the timeout"
         );
         assert!(validate(1, Duration::ZERO, None).is_ok());
+        assert_eq!(
+            validate_batching(0, ms(5)),
+            Err(AsyncConfigError::BatchSize(0))
+        );
+        let err = validate_batching(10, tiny).unwrap_err();
+        assert!(err.to_string().contains("500µs"), "{err}");
+        assert!(validate_batching(1, Duration::ZERO).is_ok());
         assert!(validate(MAX_CAPACITY, ms(2), Some(ms(1))).is_ok());
     }
 }

@@ -5,6 +5,10 @@
 //! - [`AsyncFunction`] (and its closure form [`async_fn`]): the call made per record;
 //! - [`AsyncDataStream`] and the [`AsyncWait`] builder: adding the operator to a job, ordered,
 //!   unordered or key-ordered;
+//! - [`AsyncBatchFunction`] and [`AsyncWait::batched`] (or
+//!   [`AsyncDataStream::ordered_wait_batched`]): one call per batch of records, for lookups that
+//!   answer many keys per round trip; batching is only a different `Invoker` inside the same
+//!   operator (`operator/calls.rs`), so everything below holds per record for it too;
 //! - [`AsyncRetryStrategy`]: fixed-delay and exponential-backoff retries with predicates;
 //! - [`AsyncMetrics`]: in-flight gauge, latency histogram, timeouts, retries and failures per
 //!   subtask, read through the handle [`AsyncWait::metrics`] returns;
@@ -71,6 +75,7 @@
 //! ```
 
 mod api;
+mod batch;
 mod config;
 mod error;
 mod function;
@@ -81,8 +86,11 @@ mod retry;
 mod slab;
 mod timers;
 
-pub use api::{AsyncDataStream, AsyncWait};
-pub use config::{AsyncConfigError, DEFAULT_CAPACITY, MAX_CAPACITY, MIN_TIMEOUT};
+pub use api::{AsyncDataStream, AsyncWait, Batching, Unbatched};
+pub use batch::{AsyncBatchError, AsyncBatchFunction, BatchRetryScope, Batched};
+pub use config::{
+    AsyncConfigError, DEFAULT_BATCH_DELAY, DEFAULT_CAPACITY, MAX_CAPACITY, MIN_TIMEOUT,
+};
 pub use error::AsyncCallError;
 pub use function::{
     AsyncFn, AsyncFunction, AsyncTimeoutError, FailOnTimeout, TimeoutHandler, async_fn,

@@ -54,6 +54,7 @@ pub(crate) struct SubtaskCounters {
     timeouts: AtomicU64,
     retries: AtomicU64,
     failures: AtomicU64,
+    batches: AtomicU64,
     latency_sum_us: AtomicU64,
     latency_max_us: AtomicU64,
     buckets: Box<[AtomicU64]>,
@@ -68,6 +69,7 @@ impl SubtaskCounters {
             timeouts: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
             latency_sum_us: AtomicU64::new(0),
             latency_max_us: AtomicU64::new(0),
             buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
@@ -82,6 +84,7 @@ impl SubtaskCounters {
             timeouts: self.timeouts.load(Ordering::Relaxed),
             retries: self.retries.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
             latency: LatencyHistogram {
                 buckets: self
                     .buckets
@@ -104,6 +107,7 @@ pub(crate) struct LocalCounters {
     timeouts: u64,
     retries: u64,
     failures: u64,
+    batches: u64,
     sum_us: u64,
     max_us: u64,
     buckets: Box<[u64]>,
@@ -118,6 +122,7 @@ impl Default for LocalCounters {
             timeouts: 0,
             retries: 0,
             failures: 0,
+            batches: 0,
             sum_us: 0,
             max_us: 0,
             buckets: vec![0; BUCKETS].into_boxed_slice(),
@@ -162,6 +167,11 @@ impl LocalCounters {
         self.failures += 1;
     }
 
+    #[inline]
+    pub(crate) fn batches_sent(&mut self, n: u64) {
+        self.batches += n;
+    }
+
     /// Adds everything counted so far to `to`, sets its in-flight gauge, and starts over.
     pub(crate) fn publish(&mut self, to: &SubtaskCounters, in_flight: usize) {
         to.in_flight.store(in_flight as u64, Ordering::Relaxed);
@@ -173,7 +183,12 @@ impl LocalCounters {
             self.completed += self.instant;
             self.instant = 0;
         }
-        if self.completed == 0 && self.timeouts == 0 && self.retries == 0 && self.failures == 0 {
+        if self.completed == 0
+            && self.timeouts == 0
+            && self.retries == 0
+            && self.failures == 0
+            && self.batches == 0
+        {
             return;
         }
         let add = |a: &AtomicU64, v: &mut u64| {
@@ -186,6 +201,7 @@ impl LocalCounters {
         add(&to.timeouts, &mut self.timeouts);
         add(&to.retries, &mut self.retries);
         add(&to.failures, &mut self.failures);
+        add(&to.batches, &mut self.batches);
         add(&to.latency_sum_us, &mut self.sum_us);
         to.latency_max_us.fetch_max(self.max_us, Ordering::Relaxed);
         for b in self.touched.drain(..) {
@@ -310,6 +326,8 @@ pub struct AsyncMetricsSnapshot {
     pub retries: u64,
     /// Requests that failed the job (error, panic, or a failing timeout handler).
     pub failures: u64,
+    /// Batch calls sent (batched operators only; zero otherwise).
+    pub batches: u64,
     /// Latency from a request's first call to its final result, over completed requests.
     pub latency: LatencyHistogram,
 }
@@ -322,6 +340,7 @@ impl AsyncMetricsSnapshot {
         self.timeouts += other.timeouts;
         self.retries += other.retries;
         self.failures += other.failures;
+        self.batches += other.batches;
         self.latency.merge(&other.latency);
     }
 }

@@ -12,6 +12,7 @@
 //! each other's delays up), and attempts that end after the end of input may still be retried
 //! (Flink treats them as final, so a short bounded input effectively loses its retries).
 
+use crate::batch::AsyncBatchError;
 use crate::config::AsyncConfigError;
 use sluice_core::UserError;
 use std::fmt;
@@ -280,12 +281,33 @@ pub(crate) fn decide<R>(
     };
     let matches = match outcome {
         Ok(results) => r.on_result.as_ref().is_some_and(|p| p(results)),
-        Err(e) => r.on_error.as_ref().is_some_and(|p| p(e)),
+        Err(e) => retried_with_batch(e) || r.on_error.as_ref().is_some_and(|p| p(e)),
     };
     match (matches, strategy.delay_after(attempt)) {
         (true, Some(delay)) => RetryDecision::RetryAfter(delay),
         _ => RetryDecision::Complete,
     }
+}
+
+/// Whether the result predicate asks for another attempt of a record whose attempt `attempt`
+/// produced `results` (and the strategy allows one).
+pub(crate) fn retries_result<R>(
+    strategy: &AsyncRetryStrategy<R>,
+    attempt: u32,
+    results: &R,
+) -> bool {
+    strategy.inner.as_ref().is_some_and(|r| {
+        r.on_result.as_ref().is_some_and(|p| p(results)) && strategy.delay_after(attempt).is_some()
+    })
+}
+
+/// A record retried because another record of its batch was (whole-batch scope): retried
+/// whatever the error predicate says.
+fn retried_with_batch(e: &UserError) -> bool {
+    matches!(
+        e.downcast_ref::<AsyncBatchError>(),
+        Some(AsyncBatchError::RetriedWithBatch)
+    )
 }
 
 #[cfg(test)]

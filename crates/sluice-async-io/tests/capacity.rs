@@ -3,14 +3,19 @@
 
 mod common;
 
-use common::{Concurrency, SlowLookup, latency};
+use common::{CALLS, Concurrency, SlowLookup, calls_of, latency};
 use sluice_async_io::{AsyncWait, async_fn};
 use sluice_runtime::prelude::*;
 use std::time::Duration;
 
 #[tokio::test(start_paused = true)]
 async fn in_flight_never_exceeds_capacity_while_the_source_is_backpressured() {
-    for (parallelism, capacity, batch) in [(1usize, 7usize, 1024usize), (2, 3, 5), (1, 1, 64)] {
+    let all_calls = [CALLS[0], CALLS[1], calls_of(4, 2)];
+    for ((parallelism, capacity, batch), calls) in
+        [(1usize, 7usize, 1024usize), (2, 3, 5), (1, 1, 64)]
+            .into_iter()
+            .flat_map(|case| all_calls.map(|calls| (case, calls)))
+    {
         let env = StreamEnvironment::new();
         env.set_parallelism(parallelism).set_batch_size(batch);
         let concurrency = Concurrency::default();
@@ -21,19 +26,18 @@ async fn in_flight_never_exceeds_capacity_while_the_source_is_backpressured() {
             split: if parallelism == 2 { n / 2 } else { u64::MAX },
             max_ms: 30,
         };
-        let wait = AsyncWait::new(lookup)
+        let (metrics, stream) = async_wait!(calls, lookup, &env.from_iter(0..n), |w| w
             .capacity(capacity)
             .timeout(Duration::from_secs(60))
-            .unordered();
-        let metrics = wait.metrics();
-        let out = wait.apply(&env.from_iter(0..n)).unwrap().collect();
+            .unordered());
+        let out = stream.unwrap().collect();
         env.execute("capacity").await.unwrap();
         assert_eq!(out.len(), n as usize);
         for group in 0..parallelism {
             let max = concurrency.max(group);
             assert!(
                 max <= capacity,
-                "subtask {group}: {max} calls in flight > {capacity}"
+                "{calls:?}, subtask {group}: {max} calls in flight > {capacity}"
             );
             // The source outpaces the requests, so the operator must have been full: that is
             // what held the source back.
@@ -52,37 +56,39 @@ async fn in_flight_never_exceeds_capacity_while_the_source_is_backpressured() {
 /// upstream requests must still complete within it.
 #[tokio::test(start_paused = true)]
 async fn futures_are_driven_while_the_output_channel_is_full() {
-    let env = StreamEnvironment::new();
-    env.set_parallelism(1)
-        .set_batch_size(1)
-        .set_channel_capacity(1);
-    let fast = AsyncWait::new(async_fn(|x: u64| async move {
-        // Ten steps: a future that is not polled does not advance (like a real request, which
-        // must be polled to send and receive).
-        for _ in 0..10 {
-            tokio::time::sleep(latency(x, 1, 3) + Duration::from_millis(1)).await;
-        }
-        Ok(Some(x))
-    }))
-    .capacity(20)
-    .timeout(Duration::from_millis(100)) // default timeout handling fails the job
-    .unordered()
-    .name("fast lookup")
-    .apply(&env.from_iter(0u64..200))
-    .unwrap();
-    // A parallelism of 2 downstream puts a network channel between the two operators.
-    let slow = AsyncWait::new(async_fn(|x: u64| async move {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        Ok(Some(x))
-    }))
-    .capacity(1)
-    .name("slow lookup")
-    .apply(&fast.rebalance())
-    .unwrap()
-    .parallelism(2);
-    let out = slow.collect();
-    env.execute("slow downstream").await.unwrap();
-    let mut got = out.take();
-    got.sort();
-    assert_eq!(got, (0u64..200).collect::<Vec<_>>());
+    for calls in CALLS {
+        let env = StreamEnvironment::new();
+        env.set_parallelism(1)
+            .set_batch_size(1)
+            .set_channel_capacity(1);
+        let fast = async_fn(|x: u64| async move {
+            // Ten steps: a future that is not polled does not advance (like a real request, which
+            // must be polled to send and receive).
+            for _ in 0..10 {
+                tokio::time::sleep(latency(x, 1, 3) + Duration::from_millis(1)).await;
+            }
+            Ok(Some(x))
+        });
+        let (_, fast) = async_wait!(calls, fast, &env.from_iter(0u64..200), |w| w
+            .capacity(20)
+            .timeout(Duration::from_millis(100)) // default timeout handling fails the job
+            .unordered()
+            .name("fast lookup"));
+        let fast = fast.unwrap();
+        // A parallelism of 2 downstream puts a network channel between the two operators.
+        let slow = AsyncWait::new(async_fn(|x: u64| async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok(Some(x))
+        }))
+        .capacity(1)
+        .name("slow lookup")
+        .apply(&fast.rebalance())
+        .unwrap()
+        .parallelism(2);
+        let out = slow.collect();
+        env.execute("slow downstream").await.unwrap();
+        let mut got = out.take();
+        got.sort();
+        assert_eq!(got, (0u64..200).collect::<Vec<_>>());
+    }
 }

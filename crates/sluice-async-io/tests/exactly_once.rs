@@ -3,7 +3,10 @@
 //!
 //! `SLUICE_ASYNC_EXACTLY_ONCE_TRIALS=N` runs N trials instead of the CI default of 12.
 
-use sluice_async_io::{AsyncRetryStrategy, AsyncWait, async_fn};
+mod common;
+
+use common::{Calls, calls_of};
+use sluice_async_io::{AsyncRetryStrategy, async_fn};
 use sluice_connectors::file::{JsonLinesSink, read_committed};
 use sluice_runtime::failover::RestartStrategy;
 use sluice_runtime::prelude::*;
@@ -19,6 +22,12 @@ async fn trial(seed: u64) -> (u32, u64, u64) {
     let n = rng.range(1_000, 4_000);
     let capacity = rng.range(4, 32) as usize;
     let ordered = rng.next_u64().is_multiple_of(2);
+    // Half the trials batch their calls.
+    let way = if rng.next_u64().is_multiple_of(2) {
+        Calls::PerRecord
+    } else {
+        calls_of(rng.range(1, 20) as usize, rng.range(0, 3))
+    };
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = tempfile::tempdir().unwrap();
 
@@ -30,6 +39,11 @@ async fn trial(seed: u64) -> (u32, u64, u64) {
 
     let in_flight = Arc::new(AtomicUsize::new(0));
     let calls = Arc::new(AtomicU64::new(0));
+    // One call in 20 fails, one batch in about 20 when batched (one failing call fails its batch).
+    let fail_every = match way {
+        Calls::PerRecord => 20,
+        Calls::Batched { size, .. } => 20 * size as u64,
+    };
     let func = {
         let (in_flight, calls) = (in_flight.clone(), calls.clone());
         async_fn(move |x: u64| {
@@ -40,7 +54,7 @@ async fn trial(seed: u64) -> (u32, u64, u64) {
                 // A few milliseconds of "I/O"; one call in 20 fails and is retried.
                 tokio::time::sleep(Duration::from_micros(200 + (x * 7919 + call) % 2_000)).await;
                 in_flight.fetch_sub(1, Ordering::SeqCst);
-                if (x + call).is_multiple_of(20) {
+                if (x + call).is_multiple_of(fail_every) {
                     return Err("transient lookup failure".into());
                 }
                 Ok(Some(x * 2))
@@ -51,20 +65,18 @@ async fn trial(seed: u64) -> (u32, u64, u64) {
         .if_error(|_| true)
         .build()
         .unwrap();
-    let wait = AsyncWait::new(func)
-        .capacity(capacity)
-        .timeout(Duration::from_secs(10))
-        .retry(retry);
-    let wait = if ordered {
-        wait.ordered()
-    } else {
-        wait.unordered()
-    };
     let (snapshots, with_in_flight) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let source = env
         .from_generator(Generator::new(|i| i).take(n).rate_limit(200_000.0))
         .process(FailureInjector::seeded(0.03, seed).times(2));
-    wait.apply(&source)
+    let (_, enriched) = async_wait!(way, func, &source, |w| {
+        let w = w
+            .capacity(capacity)
+            .timeout(Duration::from_secs(10))
+            .retry(retry);
+        if ordered { w.ordered() } else { w.unordered() }
+    });
+    enriched
         .unwrap()
         // Counts, at each snapshot of its chain, whether async requests were in flight.
         .process({
@@ -79,7 +91,7 @@ async fn trial(seed: u64) -> (u32, u64, u64) {
         })
         .sink_to_exactly_once(JsonLinesSink::new(dir.path(), "enriched"));
     let context =
-        format!("seed {seed}: p {p}, {n} records, capacity {capacity}, ordered {ordered}");
+        format!("seed {seed}: p {p}, {n} records, capacity {capacity}, ordered {ordered}, {way:?}");
     let result = env
         .execute("async-exactly-once")
         .await

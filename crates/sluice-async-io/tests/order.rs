@@ -1,9 +1,10 @@
 //! Output order through real jobs: ordered, unordered and key-ordered modes, with watermarks
-//! between batches and random request latencies (on tokio's paused clock).
+//! between batches and random request latencies (on tokio's paused clock), one call per record
+//! or in batches of random size and delay.
 
 mod common;
 
-use common::{Recorder, Seen, latency, paused_runtime};
+use common::{Calls, Recorder, Seen, calls_of, latency, paused_runtime};
 use proptest::prelude::*;
 use sluice_async_io::{AsyncWait, async_fn};
 use sluice_runtime::prelude::*;
@@ -18,28 +19,33 @@ enum Mode {
 
 /// Runs 0..n through an async wait with random latencies, watermarks after every source batch,
 /// and returns what the operator emitted (records and watermarks, in order).
-async fn run(mode: Mode, n: u64, batch: usize, capacity: usize, seed: u64) -> Vec<Seen<u64>> {
+async fn run(
+    calls: Calls,
+    mode: Mode,
+    n: u64,
+    batch: usize,
+    capacity: usize,
+    seed: u64,
+) -> Vec<Seen<u64>> {
     let env = StreamEnvironment::new();
     env.set_parallelism(1).set_batch_size(batch);
     let input = env.from_iter(0..n).assign_timestamps_and_watermarks(
         WatermarkStrategy::for_monotonous_timestamps(|x: &u64| *x as i64),
     );
-    let wait = AsyncWait::new(async_fn(move |x: u64| async move {
+    let func = async_fn(move |x: u64| async move {
         tokio::time::sleep(latency(x, seed, 50)).await;
         Ok(Some(x))
-    }))
-    .timeout(Duration::from_secs(10))
-    .capacity(capacity);
-    let wait = match mode {
-        Mode::Ordered => wait.ordered(),
-        Mode::Unordered => wait.unordered(),
-        Mode::KeyOrdered => wait.key_ordered(|x: &u64| x % 3),
-    };
+    });
+    let (_, stream) = async_wait!(calls, func, &input, |w| {
+        let w = w.timeout(Duration::from_secs(10)).capacity(capacity);
+        match mode {
+            Mode::Ordered => w.ordered(),
+            Mode::Unordered => w.unordered(),
+            Mode::KeyOrdered => w.key_ordered(|x: &u64| x % 3),
+        }
+    });
     let recorder = Recorder::new();
-    wait.apply(&input)
-        .unwrap()
-        .process(recorder.clone())
-        .discard();
+    stream.unwrap().process(recorder.clone()).discard();
     env.execute("order").await.unwrap();
     recorder.seen()
 }
@@ -84,22 +90,22 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
     #[test]
-    fn ordered_output_equals_input_order(n in 1u64..300, batch in 1usize..40, capacity in 1usize..40, seed in any::<u64>()) {
-        let seen = paused_runtime().block_on(run(Mode::Ordered, n, batch, capacity, seed));
+    fn ordered_output_equals_input_order(n in 1u64..300, batch in 1usize..40, capacity in 1usize..40, seed in any::<u64>(), size in 0usize..6, delay in 0u64..4) {
+        let seen = paused_runtime().block_on(run(calls_of(size, delay), Mode::Ordered, n, batch, capacity, seed));
         check_common(&seen, n);
         let records: Vec<u64> = seen.iter().filter_map(|s| match s { Seen::Record(r) => Some(*r), _ => None }).collect();
         prop_assert_eq!(records, (0..n).collect::<Vec<_>>());
     }
 
     #[test]
-    fn unordered_output_respects_watermarks(n in 1u64..300, batch in 1usize..40, capacity in 1usize..40, seed in any::<u64>()) {
-        let seen = paused_runtime().block_on(run(Mode::Unordered, n, batch, capacity, seed));
+    fn unordered_output_respects_watermarks(n in 1u64..300, batch in 1usize..40, capacity in 1usize..40, seed in any::<u64>(), size in 0usize..6, delay in 0u64..4) {
+        let seen = paused_runtime().block_on(run(calls_of(size, delay), Mode::Unordered, n, batch, capacity, seed));
         check_common(&seen, n);
     }
 
     #[test]
-    fn keyed_output_keeps_order_per_key(n in 1u64..300, batch in 1usize..40, capacity in 1usize..40, seed in any::<u64>()) {
-        let seen = paused_runtime().block_on(run(Mode::KeyOrdered, n, batch, capacity, seed));
+    fn keyed_output_keeps_order_per_key(n in 1u64..300, batch in 1usize..40, capacity in 1usize..40, seed in any::<u64>(), size in 0usize..6, delay in 0u64..4) {
+        let seen = paused_runtime().block_on(run(calls_of(size, delay), Mode::KeyOrdered, n, batch, capacity, seed));
         check_common(&seen, n);
         for k in 0..3 {
             let of_k: Vec<u64> = seen.iter().filter_map(|s| match s { Seen::Record(r) if r % 3 == k => Some(*r), _ => None }).collect();

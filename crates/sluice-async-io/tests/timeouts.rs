@@ -1,7 +1,10 @@
 //! Timeouts on tokio's paused clock: the default handler fails the job naming the operator,
 //! subtask and input; an overriding handler emits a fallback or nothing.
 
-use sluice_async_io::{AsyncFunction, AsyncWait, async_fn};
+mod common;
+
+use common::CALLS;
+use sluice_async_io::{AsyncFunction, async_fn};
 use sluice_runtime::prelude::*;
 use std::future::Future;
 use std::sync::Arc;
@@ -16,25 +19,29 @@ async fn takes_x_ms(x: u64) -> Result<Option<u64>, UserError> {
 
 #[tokio::test(start_paused = true)]
 async fn the_default_timeout_fails_the_job_naming_operator_subtask_and_input() {
-    let env = StreamEnvironment::new();
-    env.set_parallelism(1);
-    AsyncWait::new(async_fn(takes_x_ms))
-        .timeout(Duration::from_millis(500))
-        .name("profile lookup")
-        .apply(&env.from_iter(vec![10u64, 20, 700, 30]))
-        .unwrap()
-        .collect();
-    let err = env.execute("timeout").await.unwrap_err();
-    let msg = err.to_string();
-    assert!(msg.contains("'profile lookup'"), "{msg}");
-    assert!(msg.contains("subtask 0 of 1"), "{msg}");
-    assert!(msg.contains("input 700"), "{msg}");
-    assert!(msg.contains("timed out after 500ms"), "{msg}");
+    for calls in CALLS {
+        let env = StreamEnvironment::new();
+        env.set_parallelism(1);
+        let input = env.from_iter(vec![10u64, 20, 700, 30]);
+        let (_, out) = async_wait!(calls, async_fn(takes_x_ms), &input, |w| w
+            .timeout(Duration::from_millis(500))
+            .name("profile lookup"));
+        out.unwrap().collect();
+        let err = env.execute("timeout").await.unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("'profile lookup'"), "{msg}");
+        assert!(msg.contains("subtask 0 of 1"), "{msg}");
+        assert!(msg.contains("input 700"), "{msg}");
+        assert!(msg.contains("timed out after 500ms"), "{msg}");
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_timeout_handler_emits_a_fallback_or_nothing() {
-    for drop_late in [false, true] {
+    for (drop_late, way) in [false, true]
+        .into_iter()
+        .flat_map(|d| CALLS.map(|c| (d, c)))
+    {
         let env = StreamEnvironment::new();
         env.set_parallelism(1);
         let calls = Arc::new(AtomicUsize::new(0));
@@ -43,13 +50,11 @@ async fn a_timeout_handler_emits_a_fallback_or_nothing() {
             handler_calls.fetch_add(1, Ordering::SeqCst);
             Ok(if drop_late { None } else { Some(1_000 + x) })
         });
-        let wait = AsyncWait::new(func).timeout(Duration::from_millis(100));
-        let metrics = wait.metrics();
         // 99 ms is on time, 101 ms is late; ordered output keeps fallbacks in place.
-        let out = wait
-            .apply(&env.from_iter(vec![5u64, 150, 99, 101, 3]))
-            .unwrap()
-            .collect();
+        let input = env.from_iter(vec![5u64, 150, 99, 101, 3]);
+        let (metrics, out) =
+            async_wait!(way, func, &input, |w| w.timeout(Duration::from_millis(100)));
+        let out = out.unwrap().collect();
         env.execute("fallback").await.unwrap();
         let want = if drop_late {
             vec![5, 99, 3]
@@ -109,28 +114,29 @@ impl AsyncFunction<u64> for CountsDrops {
 
 #[tokio::test(start_paused = true)]
 async fn a_timed_out_call_is_dropped_and_late_results_are_ignored() {
-    let env = StreamEnvironment::new();
-    env.set_parallelism(1);
-    let f = CountsDrops::default();
-    let dropped = f.dropped.clone();
-    let start = tokio::time::Instant::now();
-    let out = AsyncWait::new(f)
-        .timeout(Duration::from_secs(5))
-        .unordered()
-        .apply(&env.from_iter(vec![1u64, 60, 2]))
-        .unwrap()
-        .collect();
-    env.execute("drop").await.unwrap();
-    assert_eq!(out.take(), vec!["1s", "2s", "60s timed out"]);
-    assert_eq!(
-        dropped.load(Ordering::SeqCst),
-        1,
-        "the late call was dropped"
-    );
-    // The job ended at the timeout, not when the 60 s call would have finished.
-    assert!(
-        start.elapsed() < Duration::from_secs(6),
-        "{:?}",
-        start.elapsed()
-    );
+    for calls in CALLS {
+        let env = StreamEnvironment::new();
+        env.set_parallelism(1);
+        let f = CountsDrops::default();
+        let dropped = f.dropped.clone();
+        let start = tokio::time::Instant::now();
+        let input = env.from_iter(vec![1u64, 60, 2]);
+        let (_, out) = async_wait!(calls, f, &input, |w| w
+            .timeout(Duration::from_secs(5))
+            .unordered());
+        let out = out.unwrap().collect();
+        env.execute("drop").await.unwrap();
+        assert_eq!(out.take(), vec!["1s", "2s", "60s timed out"]);
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            1,
+            "the late call was dropped"
+        );
+        // The job ended at the timeout, not when the 60 s call would have finished.
+        assert!(
+            start.elapsed() < Duration::from_secs(6),
+            "{:?}",
+            start.elapsed()
+        );
+    }
 }

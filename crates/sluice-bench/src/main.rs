@@ -34,6 +34,10 @@ enum Command {
     /// Async I/O under 10 ms latency: throughput as a fraction of Little's-law limit, beside
     /// futures `buffer_unordered`.
     AsyncLatency(scenarios::async_io::LatencyArgs),
+    /// Lookups against the real Redis and PostgreSQL of this machine: per-record async vs
+    /// batched (batch 100) vs batched with a cache, beside a hand-written loop of pipelined
+    /// `MGET` / `= ANY` calls.
+    Lookup(scenarios::lookup::Args),
     /// Operator coordinators: event round trip subtask -> coordinator -> subtask and broadcast
     /// to 4 subtasks, against bare tokio channels.
     Coordinator(scenarios::coordinator::Args),
@@ -50,6 +54,7 @@ fn main() -> anyhow::Result<()> {
         Command::AsyncOverhead(args) => scenarios::async_io::run_overhead(&args),
         Command::AsyncLatency(args) => scenarios::async_io::run_latency(&args),
         Command::Coordinator(args) => scenarios::coordinator::run(&args),
+        Command::Lookup(args) => scenarios::lookup::run(&args),
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),
     }
 }

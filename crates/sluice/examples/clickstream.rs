@@ -35,6 +35,13 @@
 //!   it). Either way the summary reads the committed output back and checks it: no line twice,
 //!   and per user exactly the clicks that passed the filters.
 //!
+//! - **Lookups from a database.** `--lookup redis` or `--lookup postgres` (servers at
+//!   `--redis-url` / `--postgres-url`, by default the usual ports on 127.0.0.1, as `.ci/services`
+//!   starts them) loads the same profiles into the server, then enriches with `sluice-lookup`
+//!   in batches of `--lookup-batch-size` (one `MGET`, or one prepared `= ANY($1)` query, per
+//!   batch) through the same async wait operator, so checkpoints and exactly-once output are
+//!   unchanged.
+//!
 //! Run it with `cargo run --release --example clickstream -- --help` for the flags.
 
 #[path = "clickstream/count.rs"]
@@ -45,6 +52,8 @@ mod events;
 mod lookup;
 #[path = "clickstream/output.rs"]
 mod output;
+#[path = "clickstream/stores.rs"]
+mod stores;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
@@ -119,6 +128,23 @@ struct Args {
     /// `GET <url>/profile/<user>` with `{"country":"..","tier":".."}`
     #[arg(long, value_name = "URL", value_parser = parse_url)]
     lookup_url: Option<String>,
+    /// Where profiles come from: the HTTP lookup service, one request per click; or Redis or
+    /// PostgreSQL, in batches (the example loads the profiles into the server first)
+    #[arg(long, value_enum, default_value_t = stores::Store::Http)]
+    lookup: stores::Store,
+    /// The Redis server of --lookup redis
+    #[arg(long, value_name = "URL", default_value = "redis://127.0.0.1:6379/")]
+    redis_url: String,
+    /// The PostgreSQL server of --lookup postgres
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "postgres://sluice:sluice@127.0.0.1:5432/sluice"
+    )]
+    postgres_url: String,
+    /// Clicks per batch with --lookup redis or postgres (a batch also leaves after 2 ms)
+    #[arg(long, default_value_t = 100, value_parser = parse_capacity)]
+    lookup_batch_size: usize,
 }
 
 fn at_least_one(s: &str) -> Result<u64, String> {
@@ -300,6 +326,17 @@ fn check_fail_after(args: &Args, settings: RunSettings) -> anyhow::Result<()> {
 async fn lookup_service(
     args: &Args,
 ) -> anyhow::Result<(String, Option<tokio::task::JoinHandle<()>>)> {
+    match args.lookup {
+        stores::Store::Http => {}
+        stores::Store::Redis => {
+            stores::load_redis(&args.redis_url).await?;
+            return Ok((args.redis_url.clone(), None));
+        }
+        stores::Store::Postgres => {
+            stores::load_postgres(&args.postgres_url).await?;
+            return Ok((args.postgres_url.clone(), None));
+        }
+    }
     if let Some(url) = &args.lookup_url {
         // Any answer, even an error status, shows that the service is there.
         let patience = Duration::from_millis(args.lookup_timeout_ms);
@@ -398,6 +435,21 @@ fn enrich(
     args: &Args,
     lookup_url: &str,
 ) -> anyhow::Result<(DataStream<EnrichedClick>, AsyncMetrics)> {
+    if args.lookup != stores::Store::Http {
+        let settings = stores::Settings {
+            capacity: args.capacity,
+            timeout: Duration::from_millis(args.lookup_timeout_ms),
+            ordered: args.ordered,
+            max_batch_size: args.lookup_batch_size,
+        };
+        return stores::enrich(
+            clicks,
+            args.lookup,
+            lookup_url,
+            &settings,
+            "Enrich: profile lookup",
+        );
+    }
     // Retry every failed attempt, 10 ms after the first, doubling up to 200 ms; the timeout
     // (over all attempts) normally ends the retries long before the 1,000 attempts run out.
     let retry = AsyncRetryStrategy::exponential_backoff(
@@ -447,9 +499,16 @@ fn print_header(args: &Args, settings: RunSettings, lookup_url: &str) {
             absolute(&args.output).display()
         ),
     }
-    let service = match args.lookup_url {
-        Some(_) => "external lookup service".to_string(),
-        None => format!(
+    let service = match (args.lookup, &args.lookup_url) {
+        (stores::Store::Redis, _) => {
+            format!("Redis server (MGET, batches of {})", args.lookup_batch_size)
+        }
+        (stores::Store::Postgres, _) => format!(
+            "PostgreSQL server (= ANY($1), batches of {})",
+            args.lookup_batch_size
+        ),
+        (stores::Store::Http, Some(_)) => "external lookup service".to_string(),
+        (stores::Store::Http, None) => format!(
             "in-process lookup service ({} ms +-50 %, {} % failures)",
             args.lookup_latency_ms,
             args.lookup_failure_rate * 100.0

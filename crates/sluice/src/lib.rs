@@ -62,7 +62,7 @@ pub use sluice_runtime::*;
 /// ```
 pub mod prelude {
     pub use sluice_async_io::{
-        AsyncDataStream, AsyncFunction, AsyncRetryStrategy, AsyncWait, async_fn,
+        AsyncBatchFunction, AsyncDataStream, AsyncFunction, AsyncRetryStrategy, AsyncWait, async_fn,
     };
     pub use sluice_connectors::file::{JsonLinesSink, read_committed};
     pub use sluice_runtime::JobHandle;

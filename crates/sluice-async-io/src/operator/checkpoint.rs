@@ -3,12 +3,11 @@
 
 use super::*;
 
-impl<In, F, I, Fut> AsyncWaitOperator<In, F, I, Fut>
+impl<In, F, I> AsyncWaitOperator<In, F, I>
 where
     In: Data,
     F: AsyncFunction<In>,
-    I: Fn(&F, In) -> Fut,
-    Fut: Future<Output = Result<F::Results, UserError>>,
+    I: Invoker<In, F>,
 {
     pub(super) fn snapshot(&mut self) -> Result<OperatorState, UserError>
     where

@@ -17,6 +17,7 @@
 //! The clock is read once per batch and once per `poll_pending`, never per record. Nothing is
 //! allocated per record besides the user's future itself (which lives in a reused slot).
 
+pub(crate) mod calls;
 mod checkpoint;
 mod poll;
 mod requests;
@@ -32,13 +33,13 @@ use crate::queue::{AnyQueue, CompletionQueue, Emit, KeyedQueue, OrderedQueue, Un
 use crate::retry::{AsyncRetryStrategy, RetryDecision, decide};
 use crate::slab::{FutureSlab, Polled};
 use crate::timers::TimerSet;
+pub(crate) use calls::{BatchSettings, Batches, Invoker, PerRecord};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sluice_core::{CheckpointId, Data, UserError, Watermark, panic_message};
 use sluice_runtime::{Collector, Operator, OperatorContext, OperatorState};
 use state::RestoredElement;
 use std::collections::VecDeque;
-use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
@@ -135,24 +136,25 @@ enum Backlog<In> {
 
 /// Reads the clock at most once.
 #[derive(Default)]
-struct LazyNow(Option<Instant>);
+pub(crate) struct LazyNow(Option<Instant>);
 
 impl LazyNow {
     #[inline]
-    fn get(&mut self) -> Instant {
+    pub(crate) fn get(&mut self) -> Instant {
         *self.0.get_or_insert_with(Instant::now)
     }
 }
 
 /// The async wait operator. Built by [`AsyncWait`](crate::AsyncWait); see the module docs.
 ///
-/// `I` is the function that calls [`AsyncFunction::invoke`]; being a type parameter, it lets the
-/// operator name the user's future type `Fut` without boxing it.
-pub(crate) struct AsyncWaitOperator<In, F: AsyncFunction<In>, I, Fut> {
+/// `I` is how calls are made ([`calls::Invoker`]): one future per record, or records grouped
+/// into batches. Being a type parameter, it lets the operator name the user's future type
+/// without boxing it.
+pub(crate) struct AsyncWaitOperator<In, F: AsyncFunction<In>, I: Invoker<In, F>> {
     func: F,
     invoke: I,
     settings: Settings<In, F::Results>,
-    slab: FutureSlab<Fut>,
+    slab: FutureSlab<I::Fut>,
     entries: Vec<Option<Entry<In, F::Results>>>,
     queue: AnyQueue,
     deadlines: TimerSet<Instant>,
@@ -171,12 +173,11 @@ pub(crate) struct AsyncWaitOperator<In, F: AsyncFunction<In>, I, Fut> {
     _in: PhantomData<fn(In)>,
 }
 
-impl<In, F, I, Fut> Clone for AsyncWaitOperator<In, F, I, Fut>
+impl<In, F, I> Clone for AsyncWaitOperator<In, F, I>
 where
     In: Data,
     F: AsyncFunction<In>,
-    I: Fn(&F, In) -> Fut + Clone,
-    Fut: Future<Output = Result<F::Results, UserError>>,
+    I: Invoker<In, F>,
 {
     /// A fresh instance with the same function and settings and nothing in flight.
     fn clone(&self) -> Self {
@@ -188,12 +189,11 @@ where
     }
 }
 
-impl<In, F, I, Fut> AsyncWaitOperator<In, F, I, Fut>
+impl<In, F, I> AsyncWaitOperator<In, F, I>
 where
     In: Data,
     F: AsyncFunction<In>,
-    I: Fn(&F, In) -> Fut,
-    Fut: Future<Output = Result<F::Results, UserError>>,
+    I: Invoker<In, F>,
 {
     pub(crate) fn new(func: F, invoke: I, settings: Settings<In, F::Results>) -> Self {
         let capacity = settings.capacity;
@@ -233,6 +233,7 @@ where
 
     fn close_impl(&mut self) -> Result<(), UserError> {
         self.slab.cancel_all();
+        self.invoke.cancel_all();
         self.publish();
         self.func.close()
     }
@@ -249,6 +250,7 @@ where
     }
 
     fn publish(&mut self) {
+        self.local.batches_sent(self.invoke.take_sent());
         if let Some(c) = &self.counters {
             self.local.publish(c, self.slab.occupied());
         }
@@ -327,6 +329,7 @@ where
             return;
         }
         self.finishing = true;
+        self.invoke.flush();
         self.retries.take_all(&mut self.retry_now);
     }
 
@@ -351,12 +354,12 @@ where
     }
 }
 
-impl<In, F, I, Fut> Operator<In> for AsyncWaitOperator<In, F, I, Fut>
+impl<In, F, I> Operator<In> for AsyncWaitOperator<In, F, I>
 where
     In: Data + Serialize + DeserializeOwned,
     F: AsyncFunction<In>,
-    I: Fn(&F, In) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = Result<F::Results, UserError>> + Send + 'static,
+    I: Invoker<In, F> + Send + 'static,
+    I::Fut: Send + 'static,
 {
     type Out = F::Out;
 

@@ -3,12 +3,11 @@
 
 use super::*;
 
-impl<In, F, I, Fut> AsyncWaitOperator<In, F, I, Fut>
+impl<In, F, I> AsyncWaitOperator<In, F, I>
 where
     In: Data,
     F: AsyncFunction<In>,
-    I: Fn(&F, In) -> Fut,
-    Fut: Future<Output = Result<F::Results, UserError>>,
+    I: Invoker<In, F>,
 {
     pub(super) fn on_poll<E: Emitter<F::Out>>(
         &mut self,
@@ -31,7 +30,8 @@ where
     ) -> Result<bool, UserError> {
         self.slab.register(cx.waker());
         let mut now = LazyNow::default();
-        let mut progressed = false;
+        let more_can_join = self.slab.free_slots() > 0;
+        let mut progressed = self.invoke.drive(&self.func, cx, &mut now, more_can_join)?;
 
         let mut woken = std::mem::take(&mut self.scratch);
         self.slab.take_woken(&mut woken);
@@ -83,13 +83,14 @@ where
     /// Arms the single timer at the earliest deadline or retry time and reports whether it
     /// passed.
     pub(super) fn timer_due(&mut self, cx: &mut Context<'_>) -> bool {
-        let target = match (self.deadlines.next_check(), self.retries.next_check()) {
-            (Some(a), Some(b)) => a.min(b),
-            (Some(a), None) | (None, Some(a)) => a,
-            (None, None) => {
-                self.timer_at = None;
-                return false;
-            }
+        let next = [
+            self.deadlines.next_check(),
+            self.retries.next_check(),
+            self.invoke.next_wakeup(),
+        ];
+        let Some(target) = next.into_iter().flatten().min() else {
+            self.timer_at = None;
+            return false;
         };
         if self.timer_at != Some(target) {
             match &mut self.timer {

@@ -3,12 +3,11 @@
 
 use super::*;
 
-impl<In, F, I, Fut> AsyncWaitOperator<In, F, I, Fut>
+impl<In, F, I> AsyncWaitOperator<In, F, I>
 where
     In: Data,
     F: AsyncFunction<In>,
-    I: Fn(&F, In) -> Fut,
-    Fut: Future<Output = Result<F::Results, UserError>>,
+    I: Invoker<In, F>,
 {
     /// Admits a new (or restored) record into a free slot and makes its first call.
     #[inline]
@@ -26,11 +25,12 @@ where
         };
         start_call(
             &self.func,
-            &self.invoke,
+            &mut self.invoke,
             &mut self.slab,
             slot,
             &input,
             attempt,
+            now,
         )?;
         match self.slab.poll(slot) {
             Polled::Ready(outcome) => {
@@ -173,11 +173,12 @@ where
         self.local.retried();
         start_call(
             &self.func,
-            &self.invoke,
+            &mut self.invoke,
             &mut self.slab,
             slot,
             &entry.input,
             attempt,
+            now,
         )?;
         self.poll_slot(slot, now, out)
     }
@@ -382,19 +383,22 @@ where
 
 /// Creates the future of `input`'s attempt in `slot`, catching a panic of `invoke`.
 #[inline]
-pub(super) fn start_call<In: Data, F, I, Fut>(
+pub(super) fn start_call<In: Data, F, I>(
     func: &F,
-    invoke: &I,
-    slab: &mut FutureSlab<Fut>,
+    invoke: &mut I,
+    slab: &mut FutureSlab<I::Fut>,
     slot: usize,
     input: &In,
     attempt: u32,
+    now: Instant,
 ) -> Result<(), UserError>
 where
-    I: Fn(&F, In) -> Fut,
-    Fut: Future,
+    F: AsyncFunction<In>,
+    I: Invoker<In, F>,
 {
-    match catch_unwind(AssertUnwindSafe(|| invoke(func, input.clone()))) {
+    match catch_unwind(AssertUnwindSafe(|| {
+        invoke.invoke(func, input.clone(), attempt, now)
+    })) {
         Ok(fut) => {
             slab.start(slot, fut);
             Ok(())

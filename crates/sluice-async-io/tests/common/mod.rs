@@ -151,3 +151,95 @@ pub fn paused_runtime() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// How a test's async wait makes its calls: the tests of the per-record operator run for the
+/// batched one too.
+#[derive(Clone, Copy, Debug)]
+pub enum Calls {
+    /// One call per record ([`sluice_async_io::AsyncWait::new`]).
+    PerRecord,
+    /// Batches ([`sluice_async_io::AsyncWait::batched`]) of a [`PerElement`] function.
+    Batched {
+        /// The largest batch.
+        size: usize,
+        /// The longest a batch waits for more records.
+        delay: Duration,
+    },
+}
+
+/// One call per record, and batches of one record sent at once: for tests that time single
+/// calls (a batch answers when its slowest record does).
+pub const CALLS: [Calls; 2] = [
+    Calls::PerRecord,
+    Calls::Batched {
+        size: 1,
+        delay: Duration::ZERO,
+    },
+];
+
+/// A way of making calls picked by a property test: 0 is per record, otherwise batches of up to
+/// `size` records waiting up to `delay_ms`.
+pub fn calls_of(size: usize, delay_ms: u64) -> Calls {
+    if size == 0 {
+        Calls::PerRecord
+    } else {
+        Calls::Batched {
+            size,
+            delay: Duration::from_millis(delay_ms),
+        }
+    }
+}
+
+/// Any [`AsyncFunction`] as a batch function: the calls of a batch run together and the batch
+/// answers when all did, or fails with the first error.
+#[derive(Clone)]
+pub struct PerElement<F>(pub F);
+
+impl<In: Send + 'static, F: AsyncFunction<In>> sluice_async_io::AsyncBatchFunction<In>
+    for PerElement<F>
+{
+    type Out = F::Out;
+    type Results = F::Results;
+
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.0.open(ctx)
+    }
+
+    fn invoke_batch(
+        &self,
+        inputs: Vec<In>,
+    ) -> impl Future<Output = Result<Vec<F::Results>, UserError>> + Send + use<In, F> {
+        let calls: Vec<_> = inputs.into_iter().map(|x| self.0.invoke(x)).collect();
+        futures::future::try_join_all(calls)
+    }
+
+    fn timeout(&self, input: &In) -> Result<F::Results, UserError> {
+        self.0.timeout(input)
+    }
+
+    fn close(&mut self) -> Result<(), UserError> {
+        self.0.close()
+    }
+}
+
+/// Applies an async wait of `$func` to `$stream`, making calls as `$calls` says, with the
+/// settings `$configure` applies to the builder `$w`. Evaluates to `(metrics, Result<stream>)`.
+#[macro_export]
+macro_rules! async_wait {
+    ($calls:expr, $func:expr, $stream:expr, |$w:ident| $configure:expr) => {{
+        match $calls {
+            $crate::common::Calls::PerRecord => {
+                let $w = sluice_async_io::AsyncWait::new($func);
+                let w = $configure;
+                (w.metrics(), w.apply($stream))
+            }
+            $crate::common::Calls::Batched { size, delay } => {
+                let $w = sluice_async_io::AsyncWait::batched($crate::common::PerElement($func))
+                    .max_batch_size(size)
+                    .max_batch_delay(delay);
+                let w = $configure;
+                (w.metrics(), w.apply($stream))
+            }
+        }
+    }};
+}

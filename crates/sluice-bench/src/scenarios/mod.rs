@@ -4,6 +4,7 @@
 pub mod async_io;
 pub mod checkpoint;
 pub mod coordinator;
+pub mod lookup;
 pub mod pipeline;
 
 use clap::Args;

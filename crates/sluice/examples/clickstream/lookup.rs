@@ -34,8 +34,8 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// The profile of a click whose lookup timed out.
-    fn unknown() -> Self {
+    /// The profile of a click whose lookup timed out (or whose user has none).
+    pub fn unknown() -> Self {
         Profile {
             country: "??".to_string(),
             tier: "unknown".to_string(),
@@ -43,7 +43,7 @@ impl Profile {
     }
 
     /// The profile the in-process service holds for `user`: made up, but always the same.
-    fn of(user: u64) -> Self {
+    pub fn of(user: u64) -> Self {
         const COUNTRIES: [&str; 8] = ["DE", "FR", "US", "BR", "IN", "JP", "NG", "SE"];
         let tier = match user % 100 {
             0..=4 => "gold",
