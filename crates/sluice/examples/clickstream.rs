@@ -635,7 +635,7 @@ fn print_summary(
         "lookups    {} completed{}: in flight max {} (capacity {} x {}), latency p50 {:.1} ms, p99 {:.1} ms, {} retries, {} timeouts",
         grouped(lookups.completed),
         if result.restarts > 0 {
-            " since the last restart"
+            " over every attempt (requests of a failed attempt are sent again)"
         } else {
             ""
         },
