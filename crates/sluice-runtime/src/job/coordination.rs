@@ -31,7 +31,7 @@ use sluice_coordinator::{
 use sluice_core::sync::lock;
 use sluice_core::{AttemptNumber, CheckpointId, NodeId, OperatorEvent, SubtaskIndex};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 
@@ -77,17 +77,43 @@ impl Shared {
         id: EventId,
         event: OperatorEvent,
     ) -> Result<(), SendError> {
-        let tx = lock(&self.state).mailboxes.get(&target).cloned();
-        let sent = match tx {
+        self.deliver_locked(lock(&self.state), target, id, event)
+    }
+
+    /// [`deliver`](Self::deliver) with the state already locked by the caller.
+    fn deliver_locked(
+        &self,
+        mut st: MutexGuard<'_, HolderState>,
+        target: SubtaskAttempt,
+        id: EventId,
+        event: OperatorEvent,
+    ) -> Result<(), SendError> {
+        let msg = TaskControl::OperatorEvent {
+            target: self.node,
+            event,
+        };
+        // The common case under one lock: the mailbox has room, the event is acknowledged.
+        let waiting_for_room = {
+            match st.mailboxes.get(&target).map(|tx| tx.try_send(msg)) {
+                Some(Ok(())) => {
+                    let ready = st.valve.acked(id);
+                    drop(st);
+                    if !ready.is_empty() {
+                        self.ready.notify_waiters();
+                    }
+                    return Ok(());
+                }
+                Some(Err(TrySendError::Full(msg))) => {
+                    st.mailboxes.get(&target).cloned().map(|tx| (tx, msg))
+                }
+                Some(Err(TrySendError::Closed(_))) | None => None,
+            }
+        };
+        drop(st);
+        // A full mailbox: wait for room (where waiting is allowed) without holding the lock.
+        let sent = match waiting_for_room {
             None => Err(SendError::TaskNotRunning { target }),
-            Some(tx) => enqueue(
-                &tx,
-                TaskControl::OperatorEvent {
-                    target: self.node,
-                    event,
-                },
-            )
-            .map_err(|e| match e {
+            Some((tx, msg)) => enqueue(&tx, msg).map_err(|e| match e {
                 EnqueueError::Full => SendError::MailboxFull { target },
                 EnqueueError::Gone => SendError::TaskNotRunning { target },
             }),
@@ -148,15 +174,17 @@ struct ValveTransport(Arc<Shared>);
 impl EventTransport for ValveTransport {
     fn send(&self, target: SubtaskAttempt, event: OperatorEvent) -> AckFuture {
         let _order = lock(&self.0.order);
-        let outcome = lock(&self.0.state).valve.send(target, event);
-        match outcome {
-            SendOutcome::Deliver { id, event } => match self.0.deliver(target, id, event) {
-                Ok(()) => AckFuture::acked(),
-                Err(e) => AckFuture::failed(e),
-            },
+        let mut st = lock(&self.0.state);
+        match st.valve.send(target, event) {
+            SendOutcome::Deliver { id, event } => {
+                match self.0.deliver_locked(st, target, id, event) {
+                    Ok(()) => AckFuture::acked(),
+                    Err(e) => AckFuture::failed(e),
+                }
+            }
             SendOutcome::Held { id } => {
                 let (ack, fut) = AckFuture::channel(target);
-                lock(&self.0.state).waiting.insert(id, ack);
+                st.waiting.insert(id, ack);
                 fut
             }
             SendOutcome::NotRunning { .. } => {
