@@ -135,10 +135,7 @@ pub(crate) async fn run_job(
             spec: &spec,
             attempt,
             start,
-            restore: checkpoints
-                .as_ref()
-                .and_then(|c| c.latest.clone())
-                .or_else(|| restore.clone()),
+            restore: restore_point(checkpoints.as_ref(), restore.as_ref()),
         };
         let (end, back) = ctx
             .run(
@@ -179,10 +176,7 @@ pub(crate) async fn run_job(
                 tracing::warn!(error = %err, attempt, ?after, "job failed; restarting");
                 summary.restarts += 1;
                 attempt += 1;
-                let point = checkpoints
-                    .as_ref()
-                    .and_then(|c| c.latest.clone())
-                    .or_else(|| restore.clone());
+                let point = restore_point(checkpoints.as_ref(), restore.as_ref());
                 let restored = point.map(|r| (r.id, r.coordinators));
                 if let Err(e) = coordinators
                     .global_failover(
@@ -202,6 +196,17 @@ pub(crate) async fn run_job(
     };
     coordinators.close().await;
     result.map(|()| summary)
+}
+
+/// Where an attempt restores from: the latest completed checkpoint, or else the one the job was
+/// started from.
+fn restore_point(
+    checkpoints: Option<&JobCheckpoints>,
+    restore: Option<&CompletedCheckpoint>,
+) -> Option<CompletedCheckpoint> {
+    checkpoints
+        .and_then(|c| c.latest.clone())
+        .or_else(|| restore.cloned())
 }
 
 /// Prepares checkpoint storage and the planner; ids continue after every stored checkpoint.
@@ -233,11 +238,17 @@ async fn start_checkpointing(
     Ok(JobCheckpoints::new(planner, restore))
 }
 
+/// A request's answers still owed: its checkpoint's id once triggered, then its outcome.
+struct OpenRequest {
+    triggered: Option<oneshot::Sender<CheckpointId>>,
+    done: oneshot::Sender<Result<CheckpointId, String>>,
+}
+
 /// Requests from the job handle, by id, until they are answered.
 #[derive(Default)]
 struct Requests {
     next: u64,
-    open: BTreeMap<RequestId, HandleRequest>,
+    open: BTreeMap<RequestId, OpenRequest>,
     /// Requests not triggered when an attempt ended, for the next attempt.
     carried: Vec<(RequestId, RequestKind)>,
 }
@@ -246,15 +257,17 @@ impl Requests {
     fn add(&mut self, r: HandleRequest) -> Fact {
         let id = RequestId(self.next);
         self.next += 1;
-        let kind = r.kind;
-        self.open.insert(id, r);
-        Fact::Requested(id, kind)
+        let open = OpenRequest {
+            triggered: Some(r.triggered),
+            done: r.done,
+        };
+        self.open.insert(id, open);
+        Fact::Requested(id, r.kind)
     }
 
     fn triggered(&mut self, id: RequestId, checkpoint: CheckpointId) {
-        if let Some(r) = self.open.get_mut(&id) {
-            let (tx, _) = oneshot::channel();
-            let _ = std::mem::replace(&mut r.triggered, tx).send(checkpoint);
+        if let Some(tx) = self.open.get_mut(&id).and_then(|r| r.triggered.take()) {
+            let _ = tx.send(checkpoint);
         }
     }
 
