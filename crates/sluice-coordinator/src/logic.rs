@@ -29,7 +29,7 @@
 //! # let _ = provider;
 //! ```
 
-use crate::base::CoordinatorContextBase;
+use crate::base::{CoordinatorContextBase, call_catching};
 use crate::checkpoint::CheckpointResult;
 use crate::context::CoordinatorContext;
 use crate::coordinator::{
@@ -162,22 +162,27 @@ impl<L: CoordinatorLogic> BaseCoordinator<L> {
 
 impl<L: CoordinatorLogic> OperatorCoordinator for BaseCoordinator<L> {
     fn direct_event_handler(&self) -> Option<DirectEventHandler> {
-        let (base, logic) = (self.base.clone(), self.logic.clone());
+        // Base and logic behind one shared pointer: an event, queued from a subtask's thread and
+        // run on the coordinator's, moves one reference count between the two threads.
+        let shared = Arc::new((self.base.clone(), self.logic.clone()));
         Some(Arc::new(move |subtask, attempt, event| {
-            let (b, logic) = (base.clone(), logic.clone());
-            base.run_in_event_loop(
-                move || {
+            let s = shared.clone();
+            shared.0.execute_self_guarded(Box::new(move || {
+                let (base, logic) = &*s;
+                let handled = call_catching(|| {
                     // Checked on the coordinator thread, in order with the gateway changes.
-                    if !b.accepts_event_from(subtask, attempt) {
+                    if !base.accepts_event_from(subtask, attempt) {
                         return Ok(());
                     }
                     let mut logic = logic
                         .lock()
                         .map_err(|_| "the coordinator logic panicked before")?;
-                    logic.handle_event(&b, subtask, attempt, event)
-                },
-                "handle an operator event",
-            )
+                    logic.handle_event(base, subtask, attempt, event)
+                });
+                if let Err(failure) = handled {
+                    base.action_failed(Some("handle an operator event"), failure);
+                }
+            }))
         }))
     }
 

@@ -4,11 +4,21 @@
 use crate::error::ThreadFactoryError;
 use sluice_core::{UserError, panic_message};
 use std::any::Any;
+use std::cell::Cell;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::thread::{JoinHandle, ThreadId};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+/// Each factory's identity, never 0 (0 marks a thread no factory made).
+static NEXT_FACTORY_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The identity of the factory that made the current thread, 0 if none did. A plain
+    /// thread-local read: the identity check runs once or twice per event, on hot paths.
+    static MADE_BY: Cell<u64> = const { Cell::new(0) };
+}
 
 /// What the factory calls when code on its thread panics: in a job, the coordinator context's
 /// `fail_job`.
@@ -54,7 +64,7 @@ pub type PanicHandler = Arc<dyn Fn(UserError) + Send + Sync>;
 pub struct CoordinatorExecutorThreadFactory {
     thread_name: String,
     spawned: AtomicBool,
-    thread_id: Arc<OnceLock<ThreadId>>,
+    id: u64,
     on_panic: PanicHandler,
 }
 
@@ -64,7 +74,7 @@ impl CoordinatorExecutorThreadFactory {
         CoordinatorExecutorThreadFactory {
             thread_name: format!("coordinator-{operator_name}"),
             spawned: AtomicBool::new(false),
-            thread_id: Arc::new(OnceLock::new()),
+            id: NEXT_FACTORY_ID.fetch_add(1, Ordering::Relaxed),
             on_panic,
         }
     }
@@ -84,13 +94,13 @@ impl CoordinatorExecutorThreadFactory {
                 name: self.thread_name.clone(),
             });
         }
-        let id = self.thread_id.clone();
+        let id = self.id;
         let on_panic = self.on_panic.clone();
         let name = self.thread_name.clone();
         std::thread::Builder::new()
             .name(self.thread_name.clone())
             .spawn(move || {
-                let _ = id.set(std::thread::current().id());
+                MADE_BY.with(|m| m.set(id));
                 if let Err(payload) = catch_unwind(AssertUnwindSafe(body)) {
                     report(&name, &on_panic, payload.as_ref());
                 }
@@ -103,7 +113,7 @@ impl CoordinatorExecutorThreadFactory {
 
     /// Whether the calling thread is the thread this factory made.
     pub fn is_current_thread_coordinator_thread(&self) -> bool {
-        self.thread_id.get() == Some(&std::thread::current().id())
+        MADE_BY.with(Cell::get) == self.id
     }
 
     /// Reports a panic caught on the coordinator thread (by its executor loop) as a job failure.
@@ -157,6 +167,24 @@ mod tests {
         assert!(here);
         assert!(!elsewhere);
         assert_eq!(name.as_deref(), Some("coordinator-x"));
+    }
+
+    #[test]
+    fn one_coordinators_thread_is_not_anothers() {
+        let a = Arc::new(CoordinatorExecutorThreadFactory::new("a", Arc::new(|_| {})));
+        let b = Arc::new(CoordinatorExecutorThreadFactory::new("b", Arc::new(|_| {})));
+        let (fa, fb) = (a.clone(), b.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        a.new_thread(move || {
+            let _ = tx.send((
+                fa.is_current_thread_coordinator_thread(),
+                fb.is_current_thread_coordinator_thread(),
+            ));
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+        assert_eq!(rx.recv().unwrap(), (true, false));
     }
 
     #[test]

@@ -81,6 +81,23 @@ struct Inner {
     workers: WorkerPool,
 }
 
+impl Inner {
+    fn action_failed(&self, action_name: Option<&str>, failure: CallFailure) {
+        let what = match action_name {
+            Some(name) => format!("failed to execute '{name}'"),
+            None => format!(
+                "uncaught failure in thread '{}'",
+                self.executor.thread_factory().thread_name()
+            ),
+        };
+        let message = match failure {
+            CallFailure::Failed(e) => format!("{what}: {e}"),
+            other => format!("{what}: {other}"),
+        };
+        self.failure.fail(message.into());
+    }
+}
+
 /// The coordinator context base: coordinator thread, subtask gateways and job-failure hook.
 ///
 /// Cheap to clone (all clones share one thread). Coordinator code runs on the coordinator
@@ -354,22 +371,31 @@ impl CoordinatorContextBase {
     where
         F: FnOnce() -> Result<(), UserError> + Send + 'static,
     {
-        let failure = self.inner.failure.clone();
-        let factory = self.thread_factory().clone();
-        // Nothing is formatted or allocated unless the action fails: events pass here one by one.
+        // One reference count and nothing formatted or allocated beyond the task's box unless
+        // the action fails.
+        let inner = self.inner.clone();
         Box::new(move || {
             if let Err(e) = call_catching(f) {
-                let what = match &action_name {
-                    Some(name) => format!("failed to execute '{name}'"),
-                    None => format!("uncaught failure in thread '{}'", factory.thread_name()),
-                };
-                let message = match e {
-                    CallFailure::Failed(e) => format!("{what}: {e}"),
-                    other => format!("{what}: {other}"),
-                };
-                failure.fail(message.into());
+                inner.action_failed(action_name.as_deref(), e);
             }
         })
+    }
+
+    /// Queues a task that reports its own failure through
+    /// [`action_failed`](Self::action_failed), for the per-event path, whose task already holds
+    /// the base and so needs no second reference count.
+    pub(crate) fn execute_self_guarded(
+        &self,
+        task: CoordinatorTask,
+    ) -> Result<(), CoordinatorError> {
+        self.ensure_started()?;
+        Ok(self.inner.executor.execute(task)?)
+    }
+
+    /// Fails the job because the event-loop action `action_name` failed (`None`: an action with
+    /// no name).
+    pub(crate) fn action_failed(&self, action_name: Option<&str>, failure: CallFailure) {
+        self.inner.action_failed(action_name, failure);
     }
 
     // ----- sending events --------------------------------------------------------------------

@@ -189,8 +189,8 @@ pub struct EventValve<E> {
     targets: BTreeMap<SubtaskAttempt, Target<E>>,
     checkpoints: BTreeMap<CheckpointId, Phase>,
     latest_attempted: CheckpointId,
-    /// Events not acknowledged yet (held or in flight), with their target.
-    unacked: BTreeMap<EventId, SubtaskAttempt>,
+    /// Events not acknowledged yet (held or in flight), with their target, in id order.
+    unacked: VecDeque<(EventId, SubtaskAttempt)>,
     next_event: u64,
 }
 
@@ -207,7 +207,7 @@ impl<E> EventValve<E> {
             targets: BTreeMap::new(),
             checkpoints: BTreeMap::new(),
             latest_attempted: CheckpointId(0),
-            unacked: BTreeMap::new(),
+            unacked: VecDeque::new(),
             next_event: 0,
         }
     }
@@ -246,7 +246,7 @@ impl<E> EventValve<E> {
         let dropped: Vec<(EventId, E)> = t.held.into_values().flatten().collect();
         let mut failed = BTreeSet::new();
         for (id, _) in &dropped {
-            self.unacked.remove(id);
+            self.take_unacked(*id);
             failed.extend(self.fail_event_in_checkpoints(*id));
         }
         AttemptFailed {
@@ -295,7 +295,7 @@ impl<E> EventValve<E> {
                 t.held.entry(checkpoint).or_default();
             }
         }
-        let unacked: BTreeSet<EventId> = self.unacked.keys().copied().collect();
+        let unacked: BTreeSet<EventId> = self.unacked.iter().map(|(id, _)| *id).collect();
         let readiness = if lost {
             Readiness::Failed
         } else if unacked.is_empty() {
@@ -442,7 +442,7 @@ impl<E> EventValve<E> {
         };
         let id = EventId(self.next_event);
         self.next_event += 1;
-        self.unacked.insert(id, target);
+        self.unacked.push_back((id, target));
         match t.held.values_mut().next_back() {
             Some(queue) => {
                 queue.push_back((id, event));
@@ -454,7 +454,7 @@ impl<E> EventValve<E> {
 
     /// The target took event `id`. Returns the checkpoints whose coordinator part became ready.
     pub fn acked(&mut self, id: EventId) -> Vec<CheckpointId> {
-        if self.unacked.remove(&id).is_none() {
+        if self.take_unacked(id).is_none() {
             return Vec::new();
         }
         let mut ready = Vec::new();
@@ -474,7 +474,7 @@ impl<E> EventValve<E> {
     /// must be failed over; checkpoints that counted the event fail, and so do checkpoints
     /// whose snapshot is still to come (the coordinator believes the event was delivered).
     pub fn delivery_failed(&mut self, id: EventId) -> DeliveryFailure {
-        let Some(target) = self.unacked.remove(&id) else {
+        let Some(target) = self.take_unacked(id) else {
             return DeliveryFailure::default();
         };
         let mut failed = self.fail_event_in_checkpoints(id);
@@ -493,6 +493,17 @@ impl<E> EventValve<E> {
     }
 
     /// Marks every closed checkpoint counting `id` as failed; returns those that just failed.
+    /// Forgets an unacknowledged event, returning its target. Ids are handed out in order and
+    /// usually acknowledged in order, so this is a pop from the front; the queue keeps its
+    /// capacity, so the common send-and-acknowledge allocates nothing.
+    fn take_unacked(&mut self, id: EventId) -> Option<SubtaskAttempt> {
+        if self.unacked.front().is_some_and(|(first, _)| *first == id) {
+            return self.unacked.pop_front().map(|(_, target)| target);
+        }
+        let at = self.unacked.binary_search_by_key(&id, |(e, _)| *e).ok()?;
+        self.unacked.remove(at).map(|(_, target)| target)
+    }
+
     fn fail_event_in_checkpoints(&mut self, id: EventId) -> Vec<CheckpointId> {
         let mut failed = Vec::new();
         for (&c, phase) in self.checkpoints.iter_mut() {

@@ -358,3 +358,27 @@ fn sending_to_an_attempt_that_is_not_ready_is_refused() {
     assert_eq!(v.send(S0, "a"), SendOutcome::NotRunning { event: "a" });
     assert_eq!(v.unacked_events(), 0);
 }
+
+#[test]
+fn acknowledgements_out_of_send_order_are_matched_to_their_events() {
+    let mut v = valve();
+    let a = deliver(&mut v, S0, "a");
+    let b = deliver(&mut v, S1, "b");
+    let c = deliver(&mut v, S0, "c");
+    // The middle one first, then the last: neither is at the front of the queue.
+    assert!(v.acked(b).is_empty());
+    assert!(v.acked(c).is_empty());
+    assert_eq!(v.unacked_events(), 1);
+    v.trigger(C1).unwrap();
+    // Only `a` is still owed, so the snapshot waits for exactly one acknowledgement.
+    assert_eq!(
+        v.coordinator_checkpoint_taken(C1),
+        Ok(Readiness::AwaitingAcks { events: 1 })
+    );
+    // Acknowledging twice, or an id never handed out, changes nothing.
+    assert!(v.acked(b).is_empty());
+    assert!(v.acked(EventId(99)).is_empty());
+    assert_eq!(v.acked(a), vec![C1]);
+    // A loss reported for an acknowledged event fails no one over.
+    assert_eq!(v.delivery_failed(c), DeliveryFailure::default());
+}

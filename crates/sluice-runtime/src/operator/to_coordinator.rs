@@ -35,8 +35,18 @@ impl DirectSlot {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = handler;
     }
 
-    fn get(&self) -> Option<DirectEventHandler> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    /// Hands `event` to the direct handler if one is installed, or gives it back. The handler
+    /// only queues, so it runs under the read lock and the hot path takes no reference count.
+    fn offer(
+        &self,
+        subtask: SubtaskIndex,
+        attempt: AttemptNumber,
+        event: OperatorEvent,
+    ) -> Result<Result<(), CoordinatorError>, OperatorEvent> {
+        match self.0.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some(handler) => Ok(handler(subtask, attempt, event)),
+            None => Err(event),
+        }
     }
 }
 
@@ -71,14 +81,17 @@ impl CoordinatorLink {
         attempt: AttemptNumber,
         event: OperatorEvent,
     ) -> Result<(), LinkError> {
-        if let Some(handler) = self.direct.get() {
-            return handler(subtask, attempt, event).map_err(|e| match e {
-                CoordinatorError::Submit(SubmitError::WouldBlock) => {
-                    LinkError::Full("the coordinator's queue is full".into())
-                }
-                other => LinkError::Gone(format!("the coordinator refused the event: {other}")),
-            });
-        }
+        let event = match self.direct.offer(subtask, attempt, event) {
+            Ok(queued) => {
+                return queued.map_err(|e| match e {
+                    CoordinatorError::Submit(SubmitError::WouldBlock) => {
+                        LinkError::Full("the coordinator's queue is full".into())
+                    }
+                    other => LinkError::Gone(format!("the coordinator refused the event: {other}")),
+                });
+            }
+            Err(event) => event,
+        };
         let message = ToCoordinator {
             node,
             subtask,
