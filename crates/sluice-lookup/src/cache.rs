@@ -92,12 +92,12 @@ impl LookupCache {
         &self,
         weigh: fn(&K, &V) -> u32,
         counters: Arc<Counters>,
-    ) -> moka::future::Cache<K, Option<V>>
+    ) -> moka::sync::Cache<K, Option<V>>
     where
         K: std::hash::Hash + Eq + Send + Sync + 'static,
         V: Clone + Send + Sync + 'static,
     {
-        let mut builder = moka::future::Cache::builder().eviction_listener(
+        let mut builder = moka::sync::Cache::builder().eviction_listener(
             move |_k: Arc<K>, _v: Option<V>, cause: moka::notification::RemovalCause| {
                 if cause.was_evicted() {
                     counters.evictions.fetch_add(1, Ordering::Relaxed);

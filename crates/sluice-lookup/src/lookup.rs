@@ -100,7 +100,7 @@ pub struct Lookup<In, S: LookupSource, K, D> {
 
 /// What one subtask owns: its cache, its counters and the operator's gauges.
 struct Subtask<S: LookupSource> {
-    cache: Option<moka::future::Cache<S::Key, Option<S::Value>>>,
+    cache: Option<moka::sync::Cache<S::Key, Option<S::Value>>>,
     counters: Arc<Counters>,
     gauges: Arc<OperatorMetrics>,
 }
@@ -239,7 +239,7 @@ where
 async fn look_up<S: LookupSource>(
     source: &S,
     keys: &[S::Key],
-    cache: Option<&moka::future::Cache<S::Key, Option<S::Value>>>,
+    cache: Option<&moka::sync::Cache<S::Key, Option<S::Value>>>,
     cache_missing: bool,
     reconnect: Reconnect,
     counters: [&Arc<Counters>; 2],
@@ -254,7 +254,7 @@ async fn look_up<S: LookupSource>(
     let mut hits = 0;
     for (i, key) in keys.iter().enumerate() {
         if let Some(cache) = cache
-            && let Some(cached) = cache.get(key).await
+            && let Some(cached) = cache.get(key)
         {
             values[i] = cached;
             hits += 1;
@@ -284,7 +284,7 @@ async fn look_up<S: LookupSource>(
     if let Some(cache) = cache {
         for (key, value) in wanted.into_iter().zip(&fetched) {
             if value.is_some() || cache_missing {
-                cache.insert(key, value.clone()).await;
+                cache.insert(key, value.clone());
             }
         }
     }
