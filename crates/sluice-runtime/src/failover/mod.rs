@@ -10,7 +10,8 @@
 //!
 //! Sluice restarts globally: on any task failure every task is stopped and every task is restored
 //! from the same checkpoint. Flink's region failover (restarting only the pipelined region of the
-//! failed task) is a later step; the strategies here would apply to it unchanged.
+//! failed task) is a later step; the strategies here would apply to it unchanged, and
+//! `regions.rs` already computes the regions (the groups of tasks that must restart together).
 //!
 //! For example, `RestartStrategy::fixed_delay(2, 1 s)` decides (unit test
 //! `worked_example_fixed_delay`):
@@ -30,8 +31,10 @@
 //! ```
 
 mod error;
+mod regions;
 mod strategy;
 
 pub use error::{RestartStrategyError, RestartsExhausted};
+pub(crate) use regions::{Connection, Exchange, Regions};
 pub use strategy::{ExponentialBackoff, RestartStrategy};
 pub(crate) use strategy::{FailureHistory, RestartDecision};

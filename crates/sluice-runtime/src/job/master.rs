@@ -121,6 +121,16 @@ pub(crate) async fn run_job(
         Some(c) => Some(start_checkpointing(c, &spec.plan, restore.clone()).await?),
         None => None,
     };
+    let regions = spec.plan.regions(&spec.graph);
+    tracing::info!(
+        tasks = spec.plan.task_count(),
+        regions = regions.len(),
+        largest_region = (0..regions.len())
+            .map(|r| regions.tasks(r).len())
+            .max()
+            .unwrap_or(0),
+        "job planned; a failure restarts every task (global failover)"
+    );
     let (failure_tx, mut coordinator_failures) = mpsc::channel(16);
     let mut coordinators = Coordinators::create(&spec.graph, &spec.plan, failure_tx)?;
     let restored = restore.as_ref().map(|r| (r.id, r.coordinators.clone()));

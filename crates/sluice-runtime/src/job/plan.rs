@@ -1,6 +1,7 @@
 //! Planning: validate the graph and chain operators into tasks. A pure function of the graph.
 
 use crate::error::JobError;
+use crate::failover::{Connection, Exchange, Regions};
 use crate::graph::{Partitioning, StreamGraph};
 use crate::job::JobConfig;
 use sluice_core::NodeId;
@@ -23,6 +24,46 @@ impl Plan {
             .iter()
             .map(|c| c.first().map_or(0, |h| self.parallelism[h.0]))
             .sum()
+    }
+
+    /// The pipelined regions of the planned tasks (numbered as deployment numbers them: chain by
+    /// chain, subtask by subtask): the groups that fail over together.
+    pub(crate) fn regions(&self, graph: &StreamGraph) -> Regions {
+        let mut chain_of = vec![0; self.parallelism.len()];
+        for (c, chain) in self.chains.iter().enumerate() {
+            for id in chain {
+                chain_of[id.0] = c;
+            }
+        }
+        let parallelism: Vec<usize> = self
+            .chains
+            .iter()
+            .map(|c| c.first().map_or(0, |h| self.parallelism[h.0]))
+            .collect();
+        let exchanges: Vec<Exchange> = graph
+            .edges
+            .iter()
+            .zip(&self.chained)
+            .filter(|(_, chained)| !**chained)
+            .map(|(e, _)| {
+                let (pf, pt) = (self.parallelism[e.from.0], self.parallelism[e.to.0]);
+                let pointwise = match e.partitioning {
+                    Partitioning::Forward => true,
+                    Partitioning::Default => pf == pt,
+                    _ => false,
+                };
+                Exchange {
+                    from: chain_of[e.from.0],
+                    to: chain_of[e.to.0],
+                    connection: if pointwise {
+                        Connection::Pointwise
+                    } else {
+                        Connection::AllToAll
+                    },
+                }
+            })
+            .collect();
+        Regions::compute(&parallelism, &exchanges)
     }
 }
 
