@@ -17,3 +17,8 @@ pub mod metrics;
 pub mod partitioner;
 pub use metrics::ShuffleMetrics;
 pub use partitioner::RangePartitioner;
+pub mod config;
+pub mod coordinator;
+pub mod event;
+pub use config::{RangeShuffleConfig, ShuffleConfigError};
+pub use coordinator::{ShuffleCoordinator, ShuffleCoordinatorContext};
