@@ -294,6 +294,7 @@ fn build<K: fmt::Debug>(
 }
 
 /// Draws `0..bound` uniformly from `rng` (for [`KeyAssignment::select_random`]).
+#[cfg(test)]
 pub(crate) fn uniform(rng: &mut Rng) -> impl FnMut(u64) -> u64 + '_ {
     move |bound| rng.below(bound)
 }

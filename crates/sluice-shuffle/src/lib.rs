@@ -22,3 +22,7 @@ pub mod coordinator;
 pub mod event;
 pub use config::{RangeShuffleConfig, ShuffleConfigError};
 pub use coordinator::{ShuffleCoordinator, ShuffleCoordinatorContext};
+mod api;
+pub mod operator;
+pub use api::RangeShuffle;
+pub use operator::ShuffleOperator;
