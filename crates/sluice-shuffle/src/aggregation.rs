@@ -140,10 +140,7 @@ impl<K: ShuffleKey> StatisticsTracker<K> {
                 count: 0,
                 downstream,
                 merged: match initial {
-                    StatisticsType::Sketch => Merged::Sketch(ReservoirUnion::with_seed(
-                        sizing.coordinator(downstream),
-                        seed,
-                    )),
+                    StatisticsType::Sketch => Merged::Sketch(union(sizing, downstream, seed)),
                     _ => Merged::Map(FxHashMap::default()),
                 },
             });
@@ -169,13 +166,21 @@ impl<K: ShuffleKey> StatisticsTracker<K> {
     }
 }
 
+/// The coordinator's union for `downstream` subtasks under `sizing`.
+fn union<K>(sizing: ReservoirSizing, downstream: usize, seed: u64) -> ReservoirUnion<K> {
+    let size = sizing.coordinator(downstream);
+    match sizing {
+        ReservoirSizing::Iceberg => ReservoirUnion::with_seed(size, seed),
+        ReservoirSizing::KeepAll => ReservoirUnion::keeping_all(size, seed),
+    }
+}
+
 fn merge<K: ShuffleKey>(
     a: &mut Aggregation<K>,
     statistics: LocalStatistics<K>,
     settings: &TrackerSettings,
     seed: u64,
 ) {
-    let coordinator_size = settings.sizing.coordinator(a.downstream);
     match statistics {
         LocalStatistics::Map(counts) => match &mut a.merged {
             Merged::Map(m) => {
@@ -185,7 +190,7 @@ fn merge<K: ShuffleKey>(
                 if settings.statistics_type == StatisticsType::Auto
                     && m.len() > settings.switch_threshold
                 {
-                    to_sketch(a, coordinator_size, seed);
+                    to_sketch(a, settings.sizing, seed);
                 }
             }
             Merged::Sketch(union) => {
@@ -195,7 +200,7 @@ fn merge<K: ShuffleKey>(
         },
         LocalStatistics::Sketch(sketch) => {
             if matches!(a.merged, Merged::Map(_)) {
-                to_sketch(a, coordinator_size, seed);
+                to_sketch(a, settings.sizing, seed);
             }
             if let Merged::Sketch(union) = &mut a.merged
                 && !sketch.is_empty()
@@ -207,8 +212,8 @@ fn merge<K: ShuffleKey>(
 }
 
 /// Turns a Map aggregation into a sketch by replaying its counts.
-fn to_sketch<K: ShuffleKey>(a: &mut Aggregation<K>, size: usize, seed: u64) {
-    let mut union = ReservoirUnion::with_seed(size, seed);
+fn to_sketch<K: ShuffleKey>(a: &mut Aggregation<K>, sizing: ReservoirSizing, seed: u64) {
+    let mut union = union(sizing, a.downstream, seed);
     let counts = match std::mem::replace(&mut a.merged, Merged::Map(FxHashMap::default())) {
         Merged::Map(m) => m,
         Merged::Sketch(u) => {

@@ -16,7 +16,6 @@
 //!    is padded by up to one base weight; a residue no larger than the base weight is dropped;
 //! 7. routing weights exclude the base weight, so every assigned share must exceed it.
 
-use crate::rng::Rng;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -295,7 +294,7 @@ fn build<K: fmt::Debug>(
 
 /// Draws `0..bound` uniformly from `rng` (for [`KeyAssignment::select_random`]).
 #[cfg(test)]
-pub(crate) fn uniform(rng: &mut Rng) -> impl FnMut(u64) -> u64 + '_ {
+pub(crate) fn uniform(rng: &mut crate::rng::Rng) -> impl FnMut(u64) -> u64 + '_ {
     move |bound| rng.below(bound)
 }
 

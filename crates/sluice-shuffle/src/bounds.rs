@@ -51,8 +51,29 @@ pub fn range_bounds<K: Ord + Clone>(num_partitions: usize, samples: &mut [K]) ->
 /// ```
 #[inline]
 pub fn partition<K: Ord>(key: &K, bounds: &[K], num_partitions: usize) -> usize {
-    let range = bounds.partition_point(|b| b < key);
+    let range = partition_point(bounds, |b| b < key);
     adjust_for_rescale(range, bounds.len() + 1, num_partitions)
+}
+
+/// `slice.partition_point(pred)` without a data-dependent branch: the halving loop's length
+/// depends only on the slice's, and each step picks the next half with
+/// [`select_unpredictable`](std::hint::select_unpredictable) (a conditional move), so routing a
+/// random key costs no branch mispredictions (`slice::partition_point` branches on each
+/// comparison of a 16-byte key).
+#[inline]
+pub(crate) fn partition_point<T>(slice: &[T], pred: impl Fn(&T) -> bool) -> usize {
+    let mut size = slice.len();
+    if size == 0 {
+        return 0;
+    }
+    let mut base = 0usize;
+    while size > 1 {
+        let half = size / 2;
+        let mid = base + half;
+        base = std::hint::select_unpredictable(pred(&slice[mid]), mid, base);
+        size -= half;
+    }
+    base + usize::from(pred(&slice[base]))
 }
 
 /// A subtask computed by statistics for `computed_for` subtasks, routed among `num_partitions`
@@ -142,6 +163,24 @@ mod tests {
         assert_eq!(bounds, vec![None, Some(5)]);
         assert_eq!(partition(&None, &bounds, 3), 0);
         assert_eq!(partition(&Some(0), &bounds, 3), 1);
+    }
+
+    #[test]
+    fn the_branchless_partition_point_is_the_slices() {
+        for len in 0..40usize {
+            let v: Vec<u32> = (0..len as u32).map(|x| x * 2).collect();
+            for key in 0..(2 * len as u32 + 2) {
+                assert_eq!(
+                    partition_point(&v, |b| *b < key),
+                    v.partition_point(|b| *b < key),
+                    "len {len}, key {key}"
+                );
+                assert_eq!(
+                    partition_point(&v, |b| *b <= key),
+                    v.partition_point(|b| *b <= key)
+                );
+            }
+        }
     }
 
     #[test]

@@ -48,19 +48,10 @@ pub struct ShuffleOperator<K, F> {
     restored: bool,
 }
 
-impl<K, F: Clone> Clone for ShuffleOperator<K, F> {
+impl<K: ShuffleKey, F: Clone> Clone for ShuffleOperator<K, F> {
+    /// A fresh operator for another subtask (nothing counted, nothing received).
     fn clone(&self) -> Self {
-        ShuffleOperator {
-            key_fn: self.key_fn.clone(),
-            config: self.config.clone(),
-            cells: self.cells.clone(),
-            ctx: None,
-            cell: None,
-            local: None,
-            latest: None,
-            pending: false,
-            restored: false,
-        }
+        ShuffleOperator::new(self.key_fn.clone(), self.config.clone(), self.cells.clone())
     }
 }
 

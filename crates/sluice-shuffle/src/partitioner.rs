@@ -117,22 +117,15 @@ pub struct RangePartitioner<K, F> {
     unknown_flushed: u64,
 }
 
-impl<K, F: Clone> Clone for RangePartitioner<K, F> {
+impl<K: ShuffleKey, F: Clone> Clone for RangePartitioner<K, F> {
     /// A fresh partitioner over the same cells (what a new producer subtask gets).
     fn clone(&self) -> Self {
-        RangePartitioner {
-            key_fn: self.key_fn.clone(),
-            cells: self.cells.clone(),
-            metrics: self.metrics.clone(),
-            cell: None,
-            version: 0,
-            router: None,
-            round_robin: None,
-            seed: self.seed,
-            by_statistics: 0,
-            by_round_robin: 0,
-            unknown_flushed: 0,
-        }
+        RangePartitioner::new(
+            self.key_fn.clone(),
+            self.cells.clone(),
+            self.metrics.clone(),
+        )
+        .with_seed(self.seed)
     }
 }
 

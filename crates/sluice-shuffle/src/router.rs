@@ -15,7 +15,7 @@
 //! record over any stretch, not only on average, so a subtask holding part of a heavy key
 //! receives no random excess. `sluice-bench shuffle-skew` measures the difference.
 
-use crate::bounds::{adjust_for_rescale, partition};
+use crate::bounds::{adjust_for_rescale, partition, partition_point};
 use crate::global::{GlobalStatistics, Routing};
 use crate::rng::mix;
 use crate::statistics::{ShuffleKey, StatisticsType};
@@ -194,7 +194,7 @@ impl<K: ShuffleKey> RangeRouter<K> {
                         let s = &mut self.sequences[*i];
                         *s = s.wrapping_add(GOLDEN);
                         let x = ((u128::from(*s) * u128::from(split.total)) >> 64) as u64;
-                        let pos = split.cumulative.partition_point(|&c| c <= x);
+                        let pos = partition_point(&split.cumulative, |&c| c <= x);
                         split.subtasks[pos.min(split.subtasks.len() - 1)]
                     }
                     None => {

@@ -230,6 +230,11 @@ fn gap(u: f64, w: f64) -> u64 {
 
 /// The merge of several reservoirs into one of at most `max_k` samples.
 ///
+/// Two ways to merge: [`new`](Self::new) / [`with_seed`](Self::with_seed) merge as DataSketches
+/// does (the result is no larger than the first full reservoir merged), and
+/// [`keeping_all`](Self::keeping_all) keeps every sample it is given, as long as they stand for
+/// the same number of items each (see there).
+///
 /// ```
 /// use sluice_shuffle::statistics::{Reservoir, ReservoirUnion};
 ///
@@ -249,6 +254,8 @@ pub struct ReservoirUnion<K> {
     max_k: usize,
     gadget: Option<Reservoir<K>>,
     rng: Rng,
+    /// `keeping_all`: the reservoirs merged so far, combined in `result`.
+    parts: Option<Vec<Reservoir<K>>>,
 }
 
 impl<K> ReservoirUnion<K> {
@@ -258,6 +265,7 @@ impl<K> ReservoirUnion<K> {
             max_k: max_k.max(1),
             gadget: None,
             rng: Rng::random(),
+            parts: None,
         }
     }
 
@@ -267,6 +275,23 @@ impl<K> ReservoirUnion<K> {
             max_k: max_k.max(1),
             gadget: None,
             rng: Rng::new(seed),
+            parts: None,
+        }
+    }
+
+    /// A union that keeps every sample of the reservoirs it merges, up to `max_k`.
+    ///
+    /// A sample of a reservoir that saw `n` items and holds `m` samples stands for `n / m`
+    /// items. The union keeps each sample with probability `(n / m) / w`, `w` the largest such
+    /// weight among the reservoirs merged, so every item of every stream had the same chance
+    /// `1 / w` to end in the result: when the reservoirs stand for equally many items per
+    /// sample (subtasks with similar traffic), everything is kept. Beyond `max_k` samples, a
+    /// uniform `max_k` of them are kept. DataSketches' union instead never grows beyond the
+    /// first full reservoir it merges, so merging ten reservoirs of `k` gives `k` samples.
+    pub fn keeping_all(max_k: usize, seed: u64) -> Self {
+        ReservoirUnion {
+            parts: Some(Vec::new()),
+            ..Self::with_seed(max_k, seed)
         }
     }
 
@@ -304,6 +329,12 @@ impl<K> ReservoirUnion<K> {
 
     /// Merges a whole reservoir.
     pub fn update(&mut self, sketch: Reservoir<K>) {
+        if let Some(parts) = &mut self.parts {
+            if !sketch.is_empty() {
+                parts.push(sketch);
+            }
+            return;
+        }
         let sketch = if sketch.k > self.max_k {
             sketch.downsampled(self.max_k)
         } else {
@@ -369,8 +400,40 @@ impl<K> ReservoirUnion<K> {
     }
 
     /// The merged reservoir (`None` when nothing was merged).
-    pub fn result(self) -> Option<Reservoir<K>> {
-        self.gadget
+    pub fn result(mut self) -> Option<Reservoir<K>> {
+        let Some(mut parts) = self.parts.take() else {
+            return self.gadget;
+        };
+        // Single items offered with `update_item` went into the gadget: one more part.
+        parts.extend(self.gadget.take());
+        if parts.is_empty() {
+            return None;
+        }
+        let weight = |r: &Reservoir<K>| r.n as f64 / r.samples.len().max(1) as f64;
+        let heaviest = parts.iter().map(weight).fold(1.0, f64::max);
+        let seen: u64 = parts.iter().map(|r| r.n).sum();
+        let mut kept = Vec::with_capacity(parts.iter().map(|r| r.samples.len()).sum());
+        for part in parts {
+            let keep = weight(&part) / heaviest;
+            for item in part.samples {
+                if keep >= 1.0 || self.rng.unit() < keep {
+                    kept.push(item);
+                }
+            }
+        }
+        if kept.len() > self.max_k {
+            // A uniform max_k of them: a partial Fisher-Yates shuffle.
+            for i in 0..self.max_k {
+                let j = i + self.rng.below((kept.len() - i) as u64) as usize;
+                kept.swap(i, j);
+            }
+            kept.truncate(self.max_k);
+        }
+        let mut merged = Reservoir::from_rng(self.max_k.max(kept.len()), self.rng.clone());
+        merged.leave_plain();
+        merged.n = seen.max(kept.len() as u64);
+        merged.samples = kept;
+        Some(merged)
     }
 }
 
@@ -510,6 +573,47 @@ mod tests {
             (100, 100, 5_000)
         );
         assert!(u_is_empty_is_none());
+    }
+
+    #[test]
+    fn keeping_all_keeps_every_sample_of_equally_weighted_reservoirs() {
+        let mut u = ReservoirUnion::keeping_all(1_000, 7);
+        for part in 0..4u64 {
+            let mut r = Reservoir::with_seed(200, part);
+            (part * 10_000..(part + 1) * 10_000).for_each(|i| r.update(i));
+            u.update(r);
+        }
+        let m = u.result().unwrap();
+        assert_eq!((m.samples().len(), m.items_seen()), (800, 40_000));
+        assert_eq!(m.samples().iter().filter(|&&s| s < 10_000).count(), 200);
+    }
+
+    #[test]
+    fn keeping_all_thins_lighter_samples_so_every_item_counts_alike() {
+        // a: 2,000 items in 300 samples (weight 6.7); b: 18,000 in 300 (weight 60). The union
+        // keeps a's samples with probability 6.7 / 60, so about 10 % of it is below 2,000.
+        let (mut low, mut total) = (0, 0);
+        for seed in 0..100u64 {
+            let mut a = Reservoir::with_seed(300, seed * 3);
+            (0..2_000u64).for_each(|i| a.update(i));
+            let mut b = Reservoir::with_seed(300, seed * 3 + 1);
+            (2_000..20_000u64).for_each(|i| b.update(i));
+            let mut u = ReservoirUnion::keeping_all(10_000, seed);
+            u.update(a);
+            u.update(b);
+            let m = u.result().unwrap();
+            assert_eq!(m.items_seen(), 20_000);
+            low += m.samples().iter().filter(|&&s| s < 2_000).count();
+            total += m.samples().len();
+        }
+        let share = low as f64 / total as f64;
+        assert!((0.085..0.115).contains(&share), "{share}");
+        // And the result is capped.
+        let mut u = ReservoirUnion::keeping_all(50, 1);
+        let mut r = Reservoir::with_seed(100, 2);
+        (0..100u64).for_each(|i| r.update(i));
+        u.update(r);
+        assert_eq!(u.result().unwrap().samples().len(), 50);
     }
 
     fn u_is_empty_is_none() -> bool {
