@@ -58,11 +58,14 @@ impl<K> RouteCell<K> {
     }
 }
 
+/// Each producer subtask's attempt and cell.
+type CellsBySubtask<K> = HashMap<SubtaskIndex, (AttemptNumber, Arc<RouteCell<K>>)>;
+
 /// The cells of every producer subtask of one range shuffle, shared by its operator and
 /// partitioner instances.
 #[derive(Debug)]
 pub struct RouteCells<K> {
-    cells: Mutex<HashMap<SubtaskIndex, (AttemptNumber, Arc<RouteCell<K>>)>>,
+    cells: Mutex<CellsBySubtask<K>>,
 }
 
 impl<K> Default for RouteCells<K> {

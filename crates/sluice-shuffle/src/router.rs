@@ -7,7 +7,7 @@
 //! - Sketch: a binary search of the bounds.
 //!
 //! In both cases a subtask computed for more subtasks than there are now is folded with `%`
-//! ([`adjust_for_rescale`](crate::bounds::adjust_for_rescale)).
+//! ([`adjust_for_rescale`]).
 //!
 //! Where sluice differs: Iceberg draws a uniform random number per record of a split key. sluice
 //! walks a Weyl sequence per split key (adding the golden ratio modulo 2^64, started at a random

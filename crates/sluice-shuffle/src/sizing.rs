@@ -67,9 +67,9 @@ pub fn operator_reservoir_size(operator_parallelism: usize, num_partitions: usiz
 /// Iceberg merges the operators' samples, ten times more than it keeps, into
 /// [`iceberg_coordinator_reservoir_size`] samples: at 8 or 32 downstream subtasks about 10,000,
 /// so each range is estimated from about 1,250 or 310 samples, and the heaviest subtask gets
-/// 4 % or 12 % more than the mean on uniform keys (`sluice-bench shuffle-skew`). Keeping
+/// 4.0 % or 11.7 % more than the mean on uniform keys (`sluice-bench shuffle-skew`). Keeping
 /// everything the operators sent costs no extra collection or traffic, only memory on the
-/// coordinator, and brings that to about 1.2 % and 3 %.
+/// coordinator, and brings that to 1.3 % and 4.1 %.
 ///
 /// ```
 /// use sluice_shuffle::ReservoirSizing;

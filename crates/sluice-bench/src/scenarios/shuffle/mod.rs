@@ -1,7 +1,7 @@
 //! Scenarios `shuffle-skew` and `shuffle-cost` (issue 10): how balanced the range shuffle's
 //! routing is, and what it costs.
 //!
-//! - [`skew`]: (max − mean) / mean records per downstream subtask over seeded runs, at 8 and 32
+//! - [`skew`](mod@skew): (max − mean) / mean records per downstream subtask over seeded runs, at 8 and 32
 //!   subtasks: Map statistics on a long-tail distribution (a 24-key decaying head and a 240-key
 //!   flat tail, the generator of Iceberg's `TestRangePartitionerSkew`), Sketch statistics on
 //!   random 128-bit ids (1M records through the real sampling, merge and bounds). Beside them:

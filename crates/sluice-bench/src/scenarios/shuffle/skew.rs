@@ -76,16 +76,28 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     report.finish()
 }
 
+/// One case's identity: its name, downstream parallelism, records per run and Iceberg's
+/// reported mean skew.
+struct Case {
+    name: String,
+    n: usize,
+    records: u64,
+    reported: f64,
+}
+
 fn rows(
     report: &mut Report,
-    case: String,
-    n: usize,
+    c: Case,
     sluice: &[f64],
     hash: &[f64],
     iceberg_rule: (&str, &[f64]),
-    reported: f64,
-    records: u64,
 ) -> anyhow::Result<()> {
+    let Case {
+        name: case,
+        n,
+        records,
+        reported,
+    } = c;
     let (s, h, i) = (mean(sluice), mean(hash), mean(iceberg_rule.1));
     let detail = serde_json::json!({
         "sluice_max": pct(sluice.iter().cloned().fold(0.0, f64::max)),
@@ -154,15 +166,18 @@ fn map_case(report: &mut Report, n: usize, runs: u64) -> anyhow::Result<()> {
         random.push(skew(&b));
         hash.push(skew(&c));
     }
+    let case = Case {
+        name: format!("map-long-tail-p{n}"),
+        n,
+        records,
+        reported: iceberg_reported(false, n),
+    };
     rows(
         report,
-        format!("map-long-tail-p{n}"),
-        n,
+        case,
         &sluice,
         &hash,
         ("iceberg_random_choice_pct", &random),
-        iceberg_reported(false, n),
-        records,
     )
 }
 
@@ -218,14 +233,17 @@ fn sketch_case(report: &mut Report, n: usize, runs: u64, records: u64) -> anyhow
         iceberg.push(skew(&cb));
         hash.push(skew(&ch));
     }
+    let case = Case {
+        name: format!("sketch-ids-p{n}"),
+        n,
+        records,
+        reported: iceberg_reported(true, n),
+    };
     rows(
         report,
-        format!("sketch-ids-p{n}"),
-        n,
+        case,
         &sluice,
         &hash,
         ("iceberg_reservoir_size_pct", &iceberg),
-        iceberg_reported(true, n),
-        records,
     )
 }
