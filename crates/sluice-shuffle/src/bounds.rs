@@ -56,10 +56,9 @@ pub fn partition<K: Ord>(key: &K, bounds: &[K], num_partitions: usize) -> usize 
 }
 
 /// `slice.partition_point(pred)` without a data-dependent branch: the halving loop's length
-/// depends only on the slice's, and each step picks the next half with
-/// [`select_unpredictable`](std::hint::select_unpredictable) (a conditional move), so routing a
-/// random key costs no branch mispredictions (`slice::partition_point` branches on each
-/// comparison of a 16-byte key).
+/// depends only on the slice's, and each step moves to the upper half by adding a mask, so
+/// routing a random key costs no branch mispredictions (`slice::partition_point` branches on
+/// each comparison of a 16-byte key).
 #[inline]
 pub(crate) fn partition_point<T>(slice: &[T], pred: impl Fn(&T) -> bool) -> usize {
     let mut size = slice.len();
@@ -70,7 +69,9 @@ pub(crate) fn partition_point<T>(slice: &[T], pred: impl Fn(&T) -> bool) -> usiz
     while size > 1 {
         let half = size / 2;
         let mid = base + half;
-        base = std::hint::select_unpredictable(pred(&slice[mid]), mid, base);
+        // `base + half` when the predicate holds, by a mask rather than a select: the compiler
+        // turns a select over a 16-byte comparison back into a branch.
+        base += half & usize::from(pred(&slice[mid])).wrapping_neg();
         size -= half;
     }
     base + usize::from(pred(&slice[base]))
