@@ -41,6 +41,13 @@ enum Command {
     /// Operator coordinators: event round trip subtask -> coordinator -> subtask and broadcast
     /// to 4 subtasks, against bare tokio channels.
     Coordinator(scenarios::coordinator::Args),
+    /// Range shuffle balance: (max - mean) / mean records per downstream subtask over seeded
+    /// runs at 8 and 32 subtasks, Map on a long tail and Sketch on random 128-bit ids, beside
+    /// hash partitioning and Iceberg's figures.
+    ShuffleSkew(scenarios::shuffle::skew::Args),
+    /// Range shuffle cost: the range partitioner's records/s beside a hash partitioner, and the
+    /// coordinator's aggregation and assignment time for 32 subtasks x 100,000-key maps.
+    ShuffleCost(scenarios::shuffle::cost::Args),
     /// Internal: one pipeline job in a fresh process, printing its peak memory (used by
     /// `pipeline` to show that memory does not grow with the record count).
     #[command(hide = true)]
@@ -55,6 +62,8 @@ fn main() -> anyhow::Result<()> {
         Command::AsyncLatency(args) => scenarios::async_io::run_latency(&args),
         Command::Coordinator(args) => scenarios::coordinator::run(&args),
         Command::Lookup(args) => scenarios::lookup::run(&args),
+        Command::ShuffleSkew(args) => scenarios::shuffle::skew::run(&args),
+        Command::ShuffleCost(args) => scenarios::shuffle::cost::run(&args),
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),
     }
 }

@@ -33,9 +33,10 @@ pub use sluice_runtime as runtime;
 #[cfg(feature = "testing")]
 pub use sluice_runtime::testing;
 pub use sluice_runtime::*;
+pub use sluice_shuffle as shuffle;
 
 /// Everything a job definition usually needs: the DataStream API, checkpoint settings, restart
-/// strategies, the exactly-once JSON-lines sink and async I/O.
+/// strategies, the exactly-once JSON-lines sink, async I/O and the range shuffle.
 ///
 /// A first job with checkpoints, a restart strategy and exactly-once output, with nothing but
 /// the prelude in scope:
@@ -69,4 +70,5 @@ pub mod prelude {
     pub use sluice_runtime::checkpoint::CheckpointSettings;
     pub use sluice_runtime::failover::{ExponentialBackoff, RestartStrategy};
     pub use sluice_runtime::prelude::*;
+    pub use sluice_shuffle::{RangeShuffle, RangeShuffleConfig, StatisticsType};
 }

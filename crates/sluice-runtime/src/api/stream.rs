@@ -103,6 +103,40 @@ impl<T: Data> DataStream<T> {
         self
     }
 
+    /// The parallelism set on the operator producing this stream with
+    /// [`parallelism`](Self::parallelism), or `None` when it runs at the environment's default.
+    /// Feature crates use it to give an operator its input's parallelism, so that the two chain.
+    pub fn configured_parallelism(&self) -> Option<usize> {
+        let id = self.node;
+        self.env.with_graph(|g| g.nodes[id.0].parallelism)
+    }
+
+    /// Refuses the job at submit time: `submit` and `execute` fail with
+    /// [`JobError::InvalidJob`](crate::JobError::InvalidJob) naming the operator producing this
+    /// stream and `reason`, before anything runs. For feature crates whose stream methods return
+    /// a stream rather than a `Result`, so that a bad setting is still an error before the job
+    /// starts.
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    ///
+    /// let env = StreamEnvironment::new();
+    /// env.from_iter(vec![1u64])
+    ///     .map(|x| x)
+    ///     .reject_at_submit("the cost must be between 0 and 100 %, got 120")
+    ///     .discard();
+    /// let err = env.execute_blocking("refused").unwrap_err();
+    /// assert!(err.to_string().contains("'Map'"), "{err}");
+    /// assert!(err.to_string().contains("got 120"), "{err}");
+    /// ```
+    pub fn reject_at_submit(self, reason: impl Into<String>) -> Self {
+        let (id, reason) = (self.node, reason.into());
+        self.env.with_graph(|g| {
+            g.nodes[id.0].rejected.get_or_insert(reason);
+        });
+        self
+    }
+
     fn with_partitioning(mut self, p: Partitioning, writer: Arc<dyn WriterFactory>) -> Self {
         self.partitioning = p;
         self.writer = writer;

@@ -4,6 +4,8 @@
 //! `key_by`); [`Partitioner`] is the trait for a custom one (`partition_custom`), like the range
 //! partitioner of the shuffle. `key_by` routes by key group ([`crate::key_groups`]).
 
+use crate::operator::OperatorContext;
+
 /// Chooses the target subtask of each record on a custom edge.
 ///
 /// One instance runs per producer subtask (it is cloned from the one given to the API), so it may
@@ -24,4 +26,15 @@
 pub trait Partitioner<T>: Send + 'static {
     /// The target subtask of `record`, in `0..num_partitions`. A value out of range fails the job.
     fn partition(&mut self, record: &T, num_partitions: usize) -> usize;
+
+    /// Called once on each producer subtask's instance when its network writer is built, before
+    /// the producer's operators are restored or opened: `producer` is the context of the
+    /// operator whose output this partitioner routes (its subtask, parallelism and attempt), and
+    /// `num_partitions` the number of consumer subtasks. A partitioner that works with the
+    /// operator before it (like the range shuffle's, which routes by statistics that operator
+    /// receives) finds its partner here. Not called when the edge is chained (both sides run as
+    /// one subtask), where the partitioner is never called either. Does nothing by default.
+    fn open(&mut self, producer: &OperatorContext, num_partitions: usize) {
+        let _ = (producer, num_partitions);
+    }
 }

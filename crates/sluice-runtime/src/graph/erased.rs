@@ -332,7 +332,9 @@ impl<T: Data, P: Partitioner<T> + Clone> WriterFactory for CustomWriter<T, P> {
         _max_parallelism: usize,
     ) -> Result<AnyBox, JobError> {
         let tx = senders::<T>(tx)?;
-        let route = CustomRoute(clone_locked(&self.partitioner));
+        let mut partitioner = clone_locked(&self.partitioner);
+        partitioner.open(&producer, tx.len());
+        let route = CustomRoute(partitioner);
         let stage: Stage<T> = Box::new(NetworkWriter::new(route, tx, batch_size, producer));
         Ok(Box::new(stage))
     }

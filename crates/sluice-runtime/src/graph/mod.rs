@@ -58,6 +58,8 @@ pub(crate) struct Node {
     pub(crate) is_sink: bool,
     /// The operator's coordinator, if it declared one.
     pub(crate) coordinator: Option<Arc<dyn sluice_coordinator::CoordinatorProvider>>,
+    /// Why the job must be refused at submit time (a feature crate's invalid setting).
+    pub(crate) rejected: Option<String>,
 }
 
 pub(crate) struct Edge {
@@ -113,6 +115,7 @@ impl StreamGraph {
             out_ops,
             is_sink,
             coordinator: None,
+            rejected: None,
         });
         id
     }

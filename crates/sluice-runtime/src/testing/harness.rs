@@ -1,6 +1,9 @@
 //! [`OperatorTestHarness`]: one operator instance driven by hand, as Flink's
 //! `OneInputStreamOperatorTestHarness` and `KeyedOneInputStreamOperatorTestHarness`.
 
+use crate::operator::to_coordinator::{
+    CoordinatorLink, DirectSlot, TO_COORDINATOR_CAPACITY, ToCoordinator,
+};
 use crate::operator::{Collector, ContextParts, Operator, OperatorContext};
 use crate::state::OperatorState;
 use sluice_core::{
@@ -72,6 +75,8 @@ pub struct OperatorTestHarness<In: Data, Op: Operator<In>> {
     collector: Collector<Op::Out>,
     output: Vec<StreamElement<Op::Out>>,
     phase: Phase,
+    /// What the operator sent to its coordinator, when connected with `with_coordinator`.
+    sent: Option<tokio::sync::mpsc::Receiver<ToCoordinator>>,
     _in: PhantomData<fn(In)>,
 }
 
@@ -102,7 +107,10 @@ impl<In: Data, Op: Operator<In>> OperatorTestHarness<In, Op> {
             subtask < parallelism,
             "subtask {subtask} of {parallelism} does not exist"
         );
-        Self::with_context(op, context("test operator", subtask, parallelism, None))
+        Self::with_context(
+            op,
+            context("test operator", subtask, parallelism, None, None),
+        )
     }
 
     /// A harness running `op` with the given context.
@@ -113,6 +121,7 @@ impl<In: Data, Op: Operator<In>> OperatorTestHarness<In, Op> {
             collector: Collector::new(),
             output: Vec::new(),
             phase: Phase::Created,
+            sent: None,
             _in: PhantomData,
         }
     }
@@ -126,8 +135,53 @@ impl<In: Data, Op: Operator<In>> OperatorTestHarness<In, Op> {
             c.subtask_index(),
             c.parallelism(),
             Some(max_parallelism),
+            None,
         );
         self
+    }
+
+    /// Gives the operator a coordinator that records what it is sent: every event the
+    /// operator sends with `send_event_to_coordinator` (or `send_to_coordinator`) is kept, in
+    /// order, for [`take_sent_events`](Self::take_sent_events). Call it before anything else
+    /// (it makes a new context for the same subtask).
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_runtime::testing::{OperatorTestHarness, PassThrough};
+    ///
+    /// let reports = PassThrough::new().on_snapshot(|ctx, c| ctx.send_to_coordinator(&c.0));
+    /// let mut h = OperatorTestHarness::<u64, _>::new(reports).with_coordinator();
+    /// h.snapshot(7).unwrap();
+    /// let sent = h.take_sent_events();
+    /// assert_eq!(sluice_core::codec::decode::<u64>(sent[0].payload()).unwrap(), 7);
+    /// ```
+    pub fn with_coordinator(mut self) -> Self {
+        let (tx, rx) = tokio::sync::mpsc::channel(TO_COORDINATOR_CAPACITY);
+        let c = &self.ctx;
+        self.ctx = context(
+            c.operator_name(),
+            c.subtask_index(),
+            c.parallelism(),
+            Some(c.max_parallelism()),
+            Some(CoordinatorLink {
+                master: tx,
+                direct: DirectSlot::default(),
+            }),
+        );
+        self.sent = Some(rx);
+        self
+    }
+
+    /// The events the operator sent to its coordinator since the last call (see
+    /// [`with_coordinator`](Self::with_coordinator)), in send order.
+    pub fn take_sent_events(&mut self) -> Vec<OperatorEvent> {
+        let mut out = Vec::new();
+        if let Some(rx) = &mut self.sent {
+            while let Ok(e) = rx.try_recv() {
+                out.push(e.event);
+            }
+        }
+        out
     }
 
     /// Restores the state `snapshots` that the old subtasks of the operator took (one per old
@@ -337,6 +391,7 @@ fn context(
     subtask: SubtaskIndex,
     parallelism: usize,
     max_parallelism: Option<usize>,
+    to_coordinator: Option<CoordinatorLink>,
 ) -> OperatorContext {
     OperatorContext::new(ContextParts {
         operator_id: NodeId(0),
@@ -347,6 +402,6 @@ fn context(
         attempt_number: 0,
         metrics: Arc::new(crate::metrics::OperatorMetrics::default()),
         checkpointing: true,
-        to_coordinator: None,
+        to_coordinator,
     })
 }
