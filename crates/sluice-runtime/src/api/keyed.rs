@@ -1,7 +1,9 @@
 //! [`KeyedStream`]: a stream partitioned by key.
 
+use crate::api::processed::ProcessedStream;
 use crate::api::stream::DataStream;
 use crate::operator::Operator;
+use crate::process::{KeyedProcessFunction, KeyedProcessOperator, StateKey};
 use sluice_core::Data;
 use std::marker::PhantomData;
 
@@ -48,6 +50,18 @@ impl<T: Data, K, F: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, K, F> {
     /// Adds a user [`Operator`] that receives the records partitioned by key.
     pub fn process<Op: Operator<T> + Clone>(&self, op: Op) -> DataStream<Op::Out> {
         self.stream.process(op)
+    }
+
+    /// Runs a [`KeyedProcessFunction`] on each record with its key current, with per-key state
+    /// and timers (Flink's `KeyedStream.process`). The result is the function's main output;
+    /// its side outputs come from [`ProcessedStream::get_side_output`].
+    pub fn process_keyed<P>(&self, func: P) -> ProcessedStream<P::Out>
+    where
+        K: StateKey,
+        P: KeyedProcessFunction<K, T>,
+    {
+        let op = KeyedProcessOperator::new(func, self.key_fn.clone());
+        ProcessedStream::new(self.stream.transform("Keyed Process", op), "Keyed Process")
     }
 
     /// Adds a user [`Operator`] under `name`.

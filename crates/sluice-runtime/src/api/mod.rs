@@ -35,6 +35,7 @@
 
 mod environment;
 mod keyed;
+mod processed;
 mod sink;
 mod source;
 mod stream;
@@ -42,6 +43,7 @@ mod two_phase;
 
 pub use environment::StreamEnvironment;
 pub use keyed::KeyedStream;
+pub use processed::ProcessedStream;
 pub use sink::{CollectHandle, Sink};
 pub use source::Generator;
 pub use stream::{DataStream, DataStreamSink};
