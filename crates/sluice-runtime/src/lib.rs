@@ -8,6 +8,7 @@
 //! - [`key_groups`]: how keys map to key groups and key groups to subtasks;
 //! - [`watermark`]: watermark strategies and the per-task watermark valve;
 //! - [`process`]: keyed process functions with per-key state, timers and side outputs;
+//! - [`window`]: tumbling, sliding and session windows with reduce, aggregate and process;
 //! - [`timer`]: event-time and processing-time timers of keyed operators, kept as keyed state;
 //! - [`job`]: planning, deployment, the job master, [`JobHandle`] and [`JobResult`];
 //! - [`metrics`]: per operator subtask counters;
@@ -51,10 +52,12 @@ mod task;
 pub mod testing;
 pub mod timer;
 pub mod watermark;
+pub mod window;
 
 pub use api::DataStreamSink;
 pub use api::{
     CollectHandle, DataStream, Generator, KeyedStream, ProcessedStream, Sink, StreamEnvironment,
+    WindowedStream,
 };
 pub use error::{CoordinatorFailureInfo, JobError, TaskFailure};
 pub use exchange::partitioner::Partitioner;

@@ -1,6 +1,8 @@
 //! [`KeyedStream`]: a stream partitioned by key.
 
 use crate::api::processed::ProcessedStream;
+use crate::api::windowed::WindowedStream;
+use crate::window::WindowAssigner;
 use crate::api::stream::DataStream;
 use crate::operator::Operator;
 use crate::process::{KeyedProcessFunction, KeyedProcessOperator, StateKey};
@@ -26,6 +28,16 @@ pub struct KeyedStream<T, K, F> {
     stream: DataStream<T>,
     key_fn: F,
     _k: PhantomData<fn() -> K>,
+}
+
+impl<T, K, F: Clone> Clone for KeyedStream<T, K, F> {
+    fn clone(&self) -> Self {
+        KeyedStream {
+            stream: self.stream.clone(),
+            key_fn: self.key_fn.clone(),
+            _k: PhantomData,
+        }
+    }
 }
 
 impl<T: Data, K, F: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, K, F> {
@@ -62,6 +74,15 @@ impl<T: Data, K, F: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, K, F> {
     {
         let op = KeyedProcessOperator::new(func, self.key_fn.clone());
         ProcessedStream::new(self.stream.transform("Keyed Process", op), "Keyed Process")
+    }
+
+    /// Cuts the stream into windows of each key (Flink's `KeyedStream.window`); see
+    /// [`WindowedStream`].
+    pub fn window(&self, assigner: WindowAssigner) -> WindowedStream<T, K, F>
+    where
+        K: StateKey,
+    {
+        WindowedStream::new(self.clone(), assigner)
     }
 
     /// Adds a user [`Operator`] under `name`.

@@ -40,6 +40,7 @@ mod sink;
 mod source;
 mod stream;
 mod two_phase;
+mod windowed;
 
 pub use environment::StreamEnvironment;
 pub use keyed::KeyedStream;
@@ -49,3 +50,4 @@ pub use source::Generator;
 pub use stream::{DataStream, DataStreamSink};
 pub(crate) use two_phase::TwoPhaseCommitOp;
 pub use two_phase::TwoPhaseCommitSink;
+pub use windowed::WindowedStream;

@@ -58,6 +58,9 @@ pub(crate) struct Node {
     pub(crate) is_sink: bool,
     /// The operator's coordinator, if it declared one.
     pub(crate) coordinator: Option<Arc<dyn sluice_coordinator::CoordinatorProvider>>,
+    /// A configuration the API found invalid while building the node (a window size of zero):
+    /// `plan` refuses the job with it at submit time.
+    pub(crate) config_error: Option<String>,
 }
 
 pub(crate) struct Edge {
@@ -113,6 +116,7 @@ impl StreamGraph {
             out_ops,
             is_sink,
             coordinator: None,
+            config_error: None,
         });
         id
     }
