@@ -1,11 +1,11 @@
 //! [`KeyedStream`]: a stream partitioned by key.
 
 use crate::api::processed::ProcessedStream;
-use crate::api::windowed::WindowedStream;
-use crate::window::WindowAssigner;
 use crate::api::stream::DataStream;
+use crate::api::windowed::WindowedStream;
 use crate::operator::Operator;
 use crate::process::{KeyedProcessFunction, KeyedProcessOperator, StateKey};
+use crate::window::WindowAssigner;
 use sluice_core::Data;
 use std::marker::PhantomData;
 

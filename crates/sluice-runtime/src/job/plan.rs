@@ -42,7 +42,10 @@ pub(crate) fn plan(graph: &StreamGraph, config: &JobConfig) -> Result<Plan, JobE
     let mut parallelism = Vec::with_capacity(graph.nodes.len());
     for n in &graph.nodes {
         if let Some(e) = &n.config_error {
-            return Err(JobError::InvalidJob(format!("operator {}: {e}", describe(n.id))));
+            return Err(JobError::InvalidJob(format!(
+                "operator {}: {e}",
+                describe(n.id)
+            )));
         }
         let p = n.parallelism.unwrap_or(config.parallelism);
         if p == 0 {

@@ -96,9 +96,7 @@ impl WindowAssigner {
     pub fn with_offset(mut self, offset: Duration) -> Self {
         let o = millis(offset);
         match &mut self.kind {
-            WindowKind::Tumbling { offset, .. } | WindowKind::Sliding { offset, .. } => {
-                *offset = o
-            }
+            WindowKind::Tumbling { offset, .. } | WindowKind::Sliding { offset, .. } => *offset = o,
             WindowKind::Session { .. } => {}
         }
         self
@@ -117,16 +115,18 @@ impl WindowAssigner {
     /// Checks the sizes: every size, slide and gap above zero, an offset below the size.
     pub(crate) fn validate(&self) -> Result<(), String> {
         match self.kind {
-            WindowKind::Tumbling { size, offset } if size <= 0 || offset.abs() >= size => Err(
-                format!("a tumbling window needs a size above 0 and |offset| below it (size {size} ms, offset {offset} ms)"),
-            ),
-            WindowKind::Sliding { size, slide, offset }
-                if size <= 0 || slide <= 0 || offset.abs() >= slide =>
-            {
+            WindowKind::Tumbling { size, offset } if size <= 0 || offset.abs() >= size => {
                 Err(format!(
-                    "a sliding window needs a size and slide above 0 and |offset| below the slide (size {size} ms, slide {slide} ms, offset {offset} ms)"
+                    "a tumbling window needs a size above 0 and |offset| below it (size {size} ms, offset {offset} ms)"
                 ))
             }
+            WindowKind::Sliding {
+                size,
+                slide,
+                offset,
+            } if size <= 0 || slide <= 0 || offset.abs() >= slide => Err(format!(
+                "a sliding window needs a size and slide above 0 and |offset| below the slide (size {size} ms, slide {slide} ms, offset {offset} ms)"
+            )),
             WindowKind::Session { gap } if gap <= 0 => Err(format!(
                 "a session window needs a gap above 0 (gap {gap} ms)"
             )),
@@ -279,13 +279,25 @@ mod tests {
 
     #[test]
     fn bad_sizes_are_refused() {
-        assert!(TumblingEventTimeWindows::of(Duration::ZERO).validate().is_err());
+        assert!(
+            TumblingEventTimeWindows::of(Duration::ZERO)
+                .validate()
+                .is_err()
+        );
         assert!(
             SlidingEventTimeWindows::of(Duration::from_secs(1), Duration::ZERO)
                 .validate()
                 .is_err()
         );
-        assert!(EventTimeSessionWindows::with_gap(Duration::ZERO).validate().is_err());
-        assert!(TumblingEventTimeWindows::of(Duration::from_secs(1)).validate().is_ok());
+        assert!(
+            EventTimeSessionWindows::with_gap(Duration::ZERO)
+                .validate()
+                .is_err()
+        );
+        assert!(
+            TumblingEventTimeWindows::of(Duration::from_secs(1))
+                .validate()
+                .is_ok()
+        );
     }
 }

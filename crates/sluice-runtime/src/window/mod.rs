@@ -19,12 +19,18 @@
 mod assigner;
 mod function;
 mod operator;
+#[cfg(test)]
+mod tests;
 
 pub use assigner::{
     EventTimeSessionWindows, ProcessingTimeSessionWindows, SlidingEventTimeWindows,
     SlidingProcessingTimeWindows, TimeWindow, TumblingEventTimeWindows,
     TumblingProcessingTimeWindows, WindowAssigner,
 };
-pub use function::{Aggregate, AggregateFunction, Process, ProcessWindowFunction, Reduce, WindowContents};
-pub use operator::{LateRecordsDropped, WindowOperator};
+pub use function::{
+    Aggregate, AggregateFunction, Process, ProcessWindowFunction, Reduce, WindowContents,
+};
+#[cfg(test)]
+use operator::CONTENTS_STATE_FOR_TESTS;
 pub(crate) use operator::WindowSpec;
+pub use operator::{LateRecordsDropped, WindowOperator};

@@ -38,6 +38,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 
 const CONTENTS_STATE: &str = "_window/contents";
+#[cfg(test)]
+pub(crate) const CONTENTS_STATE_FOR_TESTS: &str = CONTENTS_STATE;
 
 /// How many late records the window operator's subtasks dropped (no late side output was set),
 /// summed over subtasks and attempts (Flink's `numLateRecordsDropped`). A record replayed after
@@ -78,10 +80,10 @@ pub struct WindowOperator<In, K, KF, C: WindowContents<K, In>> {
     spec: WindowSpec<In>,
     contents: C,
     key_fn: KF,
-    windows: FxHashMap<(K, TimeWindow), C::Acc>,
+    pub(super) windows: FxHashMap<(K, TimeWindow), C::Acc>,
     /// Session windows only: each key's windows.
     sessions: FxHashMap<K, Vec<TimeWindow>>,
-    timers: InternalTimers<K, TimeWindow>,
+    pub(super) timers: InternalTimers<K, TimeWindow>,
     assigned: Vec<TimeWindow>,
     results: Vec<C::Out>,
     max_parallelism: usize,
@@ -91,7 +93,11 @@ pub struct WindowOperator<In, K, KF, C: WindowContents<K, In>> {
 impl<In, K: StateKey, KF: Clone, C: WindowContents<K, In>> Clone for WindowOperator<In, K, KF, C> {
     /// A fresh instance: the same functions, no windows, no timers.
     fn clone(&self) -> Self {
-        Self::new(self.spec.clone(), self.contents.clone(), self.key_fn.clone())
+        Self::new(
+            self.spec.clone(),
+            self.contents.clone(),
+            self.key_fn.clone(),
+        )
     }
 }
 
@@ -145,7 +151,8 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         if self.event_time() {
             self.timers.register_event_time_timer(key.clone(), w, at);
         } else {
-            self.timers.register_processing_time_timer(key.clone(), w, at);
+            self.timers
+                .register_processing_time_timer(key.clone(), w, at);
         }
     }
 
@@ -167,7 +174,8 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             }
             self.timers.register_event_time_timer(key.clone(), w, max);
         } else {
-            self.timers.register_processing_time_timer(key.clone(), w, max);
+            self.timers
+                .register_processing_time_timer(key.clone(), w, max);
         }
         false
     }
@@ -180,7 +188,8 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
                 self.timers.register_event_time_timer(key.clone(), w, max);
             }
         } else if max > self.timers.current_processing_time() {
-            self.timers.register_processing_time_timer(key.clone(), w, max);
+            self.timers
+                .register_processing_time_timer(key.clone(), w, max);
         }
     }
 
@@ -517,7 +526,8 @@ where
                 data: codec::encode(&entries)?,
             });
         }
-        self.timers.snapshot_into(self.max_parallelism, &mut state)?;
+        self.timers
+            .snapshot_into(self.max_parallelism, &mut state)?;
         Ok(state)
     }
 
