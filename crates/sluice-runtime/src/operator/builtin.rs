@@ -120,8 +120,7 @@ impl<T: Data> Operator<T> for IdentityOp<T> {
     type Out = T;
     #[inline]
     fn process_batch(&mut self, batch: Vec<T>, out: &mut Collector<T>) -> Result<(), UserError> {
-        let timestamps = out.take_input_timestamps();
-        out.emit_batch_at(batch, timestamps);
+        out.forward_batch(batch);
         Ok(())
     }
 }

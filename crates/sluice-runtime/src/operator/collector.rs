@@ -108,6 +108,17 @@ impl<T> Collector<T> {
             .push(StreamElement::Records(Batch::from_parts(batch, timestamps)));
     }
 
+    /// Emits `batch` with the input batch's event times: for a pass-through (or any operator
+    /// whose output is its input batch, or one record per input record in the same order).
+    ///
+    /// # Panics
+    /// When the input had event times and `batch` has another length.
+    #[inline]
+    pub fn forward_batch(&mut self, batch: Vec<T>) {
+        let timestamps = self.input_ts.take();
+        self.emit_batch_at(batch, timestamps);
+    }
+
     /// Emits a watermark after everything emitted so far.
     pub fn emit_watermark(&mut self, watermark: Watermark) {
         self.seal_current();

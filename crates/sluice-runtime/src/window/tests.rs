@@ -47,10 +47,9 @@ fn with_window(k: &u8, w: &TimeWindow, (n, s): (u64, i64)) -> Out {
     (*k, w.start, w.end, n, s)
 }
 
-fn operator(
-    assigner: WindowAssigner,
-    lateness: i64,
-) -> WindowOperator<Rec, u8, fn(&Rec) -> u8, Aggregate<CountSum, WithWindow, Out>> {
+type TestOperator = WindowOperator<Rec, u8, fn(&Rec) -> u8, Aggregate<CountSum, WithWindow, Out>>;
+
+fn operator(assigner: WindowAssigner, lateness: i64) -> TestOperator {
     let spec = WindowSpec {
         assigner,
         allowed_lateness: lateness,
