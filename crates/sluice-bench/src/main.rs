@@ -41,6 +41,10 @@ enum Command {
     /// Operator coordinators: event round trip subtask -> coordinator -> subtask and broadcast
     /// to 4 subtasks, against bare tokio channels.
     Coordinator(scenarios::coordinator::Args),
+    /// Event-time windows: a 1-minute tumbling and a 1-minute/10-second sliding count per key
+    /// (10,000 keys), against a loop over an FxHashMap of (key, window) counts with the same
+    /// firing rule.
+    Window(scenarios::window::Args),
     /// Internal: one pipeline job in a fresh process, printing its peak memory (used by
     /// `pipeline` to show that memory does not grow with the record count).
     #[command(hide = true)]
@@ -55,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         Command::AsyncLatency(args) => scenarios::async_io::run_latency(&args),
         Command::Coordinator(args) => scenarios::coordinator::run(&args),
         Command::Lookup(args) => scenarios::lookup::run(&args),
+        Command::Window(args) => scenarios::window::run(&args),
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),
     }
 }

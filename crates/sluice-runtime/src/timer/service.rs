@@ -119,6 +119,17 @@ where
         self.event.register(key, namespace, timestamp)
     }
 
+    /// Registers an event-time timer the caller knows is new and will never delete (see
+    /// [`TimerQueue::register_unique`]).
+    pub fn register_unique_event_time_timer(&mut self, key: K, namespace: N, timestamp: i64) {
+        self.event.register_unique(key, namespace, timestamp);
+    }
+
+    /// Registers a processing-time timer the caller knows is new and will never delete.
+    pub fn register_unique_processing_time_timer(&mut self, key: K, namespace: N, timestamp: i64) {
+        self.processing.register_unique(key, namespace, timestamp);
+    }
+
     /// Deletes an event-time timer (a no-op if it does not exist).
     pub fn delete_event_time_timer(&mut self, key: &K, namespace: &N, timestamp: i64) -> bool {
         self.event.delete(key, namespace, timestamp)

@@ -219,6 +219,21 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         Ok(())
     }
 
+    fn emit_acc(
+        &mut self,
+        key: &K,
+        w: TimeWindow,
+        acc: &C::Acc,
+        out: &mut Collector<Tagged<C::Out>>,
+    ) -> Result<(), UserError> {
+        self.results.clear();
+        self.contents.emit(key, &w, acc, &mut self.results)?;
+        for r in self.results.drain(..) {
+            out.collect_at(Tagged::Main(r), w.max_timestamp());
+        }
+        Ok(())
+    }
+
     fn late(&mut self, record: In, timestamp: i64, out: &mut Collector<Tagged<C::Out>>)
     where
         In: Data,
@@ -231,12 +246,9 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         }
     }
 
-    fn clear_all_state(&mut self, key: &K, w: &TimeWindow) {
-        self.windows.remove(&(key.clone(), *w));
-        self.trigger_clear(key, w);
-        if self.spec.assigner.is_merging()
-            && let Some(ws) = self.sessions.get_mut(key)
-        {
+    /// Removes `w` from `key`'s session windows.
+    fn forget_session(&mut self, key: &K, w: &TimeWindow) {
+        if let Some(ws) = self.sessions.get_mut(key) {
             ws.retain(|x| x != w);
             if ws.is_empty() {
                 self.sessions.remove(key);
@@ -272,11 +284,22 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         // EventTimeTrigger fires at the window's max timestamp; ProcessingTimeTrigger on any of
         // its timers (the only one is at the max timestamp).
         let fire = domain == TimeDomain::ProcessingTime || timestamp == w.max_timestamp();
-        if fire && self.windows.contains_key(&(key.clone(), w)) {
-            self.emit(&key, w, out)?;
+        if timestamp != self.cleanup_time(&w) {
+            if fire {
+                self.emit(&key, w, out)?;
+            }
+            return Ok(());
         }
-        if timestamp == self.cleanup_time(&w) {
-            self.clear_all_state(&key, &w);
+        // The cleanup time: the window's last firing, if this is also its trigger time, then
+        // nothing of it is kept. Its trigger timer (at or before this one) already fired.
+        let Some(acc) = self.windows.remove(&(key.clone(), w)) else {
+            return Ok(());
+        };
+        if self.spec.assigner.is_merging() {
+            self.forget_session(&key, &w);
+        }
+        if fire {
+            self.emit_acc(&key, w, &acc, out)?;
         }
         Ok(())
     }
@@ -330,15 +353,42 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             }
             Entry::Vacant(e) => {
                 e.insert(self.contents.create(value));
-                let fire = self.trigger_on_element(key, w);
-                self.register_cleanup_timer(key, w);
-                fire
+                self.register_new_window(key, w)
             }
         };
         if fire {
             self.emit(key, w, out)?;
         }
         Ok(())
+    }
+
+    /// The default trigger and the cleanup timer for a window of a non-merging assigner that
+    /// was just created; returns whether it fires now. Such a window's timers are registered
+    /// once, here, and never deleted (they fire, and the one at the cleanup time removes the
+    /// window, after which the window is late and never created again), so they skip the
+    /// timer index (`register_unique`). Without lateness the trigger timer is the cleanup
+    /// timer.
+    #[inline]
+    fn register_new_window(&mut self, key: &K, w: TimeWindow) -> bool {
+        let max = w.max_timestamp();
+        let cleanup = self.cleanup_time(&w);
+        let event_time = self.event_time();
+        let fire = event_time && max <= self.timers.current_watermark();
+        if !fire {
+            if event_time {
+                self.timers
+                    .register_unique_event_time_timer(key.clone(), w, max);
+            } else {
+                self.timers
+                    .register_unique_processing_time_timer(key.clone(), w, max);
+            }
+        }
+        if (fire || cleanup != max) && cleanup != i64::MAX {
+            // Only event time has lateness: a processing-time cleanup is its trigger.
+            self.timers
+                .register_unique_event_time_timer(key.clone(), w, cleanup);
+        }
+        fire
     }
 
     /// A record of a session assigner.
@@ -400,12 +450,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         };
         if self.is_window_late(&actual) {
             // Only a new window can be late here (a merge never moves a window back).
-            if let Some(ws) = self.sessions.get_mut(&key) {
-                ws.retain(|x| *x != actual);
-                if ws.is_empty() {
-                    self.sessions.remove(&key);
-                }
-            }
+            self.forget_session(&key, &actual);
             if self.is_element_late(time) {
                 self.late(record, time, out);
             }
