@@ -21,7 +21,7 @@
 //! every window of its key it touches; the merged windows' timers are deleted, their contents
 //! merged, and the trigger registers the new window's timer if it is still ahead.
 
-use super::assigner::{TimeWindow, WindowAssigner};
+use super::assigner::{TimeWindow, WindowAssigner, WindowKind};
 use super::function::WindowContents;
 use crate::key_groups::key_group;
 use crate::operator::{Collector, Operator, OperatorContext};
@@ -80,7 +80,11 @@ pub struct WindowOperator<In, K, KF, C: WindowContents<K, In>> {
     spec: WindowSpec<In>,
     contents: C,
     key_fn: KF,
-    pub(super) windows: FxHashMap<(K, TimeWindow), C::Acc>,
+    /// The contents of every window, by key and window start (a key's windows never share a
+    /// start: sessions of a key are disjoint, and the other assigners' windows of one start have
+    /// one size). The end is the assigner's size, or for sessions in `sessions`; a smaller
+    /// entry keeps the table in cache.
+    pub(super) windows: FxHashMap<(K, i64), C::Acc>,
     /// Session windows only: each key's windows.
     sessions: FxHashMap<K, Vec<TimeWindow>>,
     pub(super) timers: InternalTimers<K, TimeWindow>,
@@ -208,7 +212,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         w: TimeWindow,
         out: &mut Collector<Tagged<C::Out>>,
     ) -> Result<(), UserError> {
-        let Some(acc) = self.windows.get(&(key.clone(), w)) else {
+        let Some(acc) = self.windows.get(&(key.clone(), w.start)) else {
             return Ok(());
         };
         self.results.clear();
@@ -243,6 +247,21 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             None => {
                 self.spec.late_dropped.0.fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// The window of `key` that starts at `start`.
+    fn window_of(&self, key: &K, start: i64) -> Option<TimeWindow> {
+        match self.spec.assigner.kind {
+            WindowKind::Tumbling { size, .. } | WindowKind::Sliding { size, .. } => {
+                Some(TimeWindow::new(start, start.saturating_add(size)))
+            }
+            WindowKind::Session { .. } => self
+                .sessions
+                .get(key)?
+                .iter()
+                .find(|w| w.start == start)
+                .copied(),
         }
     }
 
@@ -292,7 +311,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         }
         // The cleanup time: the window's last firing, if this is also its trigger time, then
         // nothing of it is kept. Its trigger timer (at or before this one) already fired.
-        let Some(acc) = self.windows.remove(&(key.clone(), w)) else {
+        let Some(acc) = self.windows.remove(&(key.clone(), w.start)) else {
             return Ok(());
         };
         if self.spec.assigner.is_merging() {
@@ -316,6 +335,18 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
     where
         In: Data,
     {
+        if let WindowKind::Tumbling { size, offset } = self.spec.assigner.kind {
+            // One window per record: no list.
+            let start = TimeWindow::start_with_offset(time, offset, size);
+            let w = TimeWindow::new(start, start.saturating_add(size));
+            if self.is_window_late(&w) {
+                if self.is_element_late(time) {
+                    self.late(record, time, out);
+                }
+                return Ok(());
+            }
+            return self.add_one(&key, w, record, out);
+        }
         let mut windows = std::mem::take(&mut self.assigned);
         windows.clear();
         self.spec.assigner.assign(time, &mut windows);
@@ -344,7 +375,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         value: In,
         out: &mut Collector<Tagged<C::Out>>,
     ) -> Result<(), UserError> {
-        let fire = match self.windows.entry((key.clone(), w)) {
+        let fire = match self.windows.entry((key.clone(), w.start)) {
             Entry::Occupied(mut e) => {
                 self.contents.add(e.get_mut(), value);
                 // Its timers were registered with its first record; in processing time a
@@ -435,7 +466,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
                 for m in &touching {
                     self.trigger_clear(&key, m);
                     self.delete_cleanup_timer(&key, m);
-                    if let Some(acc) = self.windows.remove(&(key.clone(), *m)) {
+                    if let Some(acc) = self.windows.remove(&(key.clone(), m.start)) {
                         merged = Some(match merged {
                             Some(a) => self.contents.merge(a, acc),
                             None => acc,
@@ -443,7 +474,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
                     }
                 }
                 if let Some(acc) = merged {
-                    self.windows.insert((key.clone(), cover), acc);
+                    self.windows.insert((key.clone(), cover.start), acc);
                 }
                 cover
             }
@@ -456,7 +487,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             }
             return Ok(());
         }
-        match self.windows.entry((key.clone(), actual)) {
+        match self.windows.entry((key.clone(), actual.start)) {
             Entry::Occupied(mut e) => self.contents.add(e.get_mut(), record),
             Entry::Vacant(e) => {
                 e.insert(self.contents.create(record));
@@ -554,9 +585,12 @@ where
         _out: &mut Collector<Self::Out>,
     ) -> Result<OperatorState, UserError> {
         let mut state = OperatorState::default();
-        type Stored<'a, K, A> = (&'a K, &'a TimeWindow, &'a A);
+        type Stored<'a, K, A> = (&'a K, TimeWindow, &'a A);
         let mut groups: FxHashMap<usize, Vec<Stored<'_, K, C::Acc>>> = FxHashMap::default();
-        for ((k, w), acc) in &self.windows {
+        for ((k, start), acc) in &self.windows {
+            let Some(w) = self.window_of(k, *start) else {
+                continue;
+            };
             groups
                 .entry(key_group(k, self.max_parallelism))
                 .or_default()
@@ -587,7 +621,7 @@ where
                 if self.spec.assigner.is_merging() {
                     self.sessions.entry(k.clone()).or_default().push(w);
                 }
-                self.windows.insert((k, w), acc);
+                self.windows.insert((k, w.start), acc);
             }
         }
         self.timers.restore_from(&state)?;
