@@ -8,6 +8,8 @@
 //!   `key_by`: it keeps the per-key state and the timers (both keyed state, checkpointed by key
 //!   group), fires event-time timers as the watermark passes them and processing-time timers
 //!   from its `poll_pending`.
+//! - `timed.rs`: `TimedOperator`, how a keyed operator fires its timers (shared with the window
+//!   operator).
 //! - `output.rs`: [`OutputTag`] and [`Tagged`], how main and side outputs share one operator
 //!   output until the API splits them into streams.
 //!
@@ -17,7 +19,9 @@
 mod function;
 mod operator;
 mod output;
+mod timed;
 
 pub use function::{Context, KeyedProcessFunction, StateKey, TimerService};
 pub use operator::KeyedProcessOperator;
 pub use output::{OutputTag, SideRecord, Tagged};
+pub(crate) use timed::TimedOperator;

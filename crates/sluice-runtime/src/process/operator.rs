@@ -3,6 +3,7 @@
 
 use super::function::{Context, KeyedProcessFunction, StateKey};
 use super::output::Tagged;
+use super::timed::TimedOperator;
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::state::{OperatorState, ValueState};
 use crate::timer::{InternalTimers, ProcessingClock, TimeDomain, Timer};
@@ -52,8 +53,18 @@ where
             _in: PhantomData,
         }
     }
+}
 
-    fn fire(
+impl<In, K, KF, P> TimedOperator<K, (), Tagged<P::Out>> for KeyedProcessOperator<In, K, KF, P>
+where
+    K: StateKey,
+    P: KeyedProcessFunction<K, In>,
+{
+    fn timers(&mut self) -> &mut InternalTimers<K, ()> {
+        &mut self.timers
+    }
+
+    fn on_timer(
         &mut self,
         timer: Timer<K, ()>,
         out: &mut Collector<Tagged<P::Out>>,
@@ -119,12 +130,7 @@ where
         watermark: Watermark,
         out: &mut Collector<Self::Out>,
     ) -> Result<(), UserError> {
-        self.timers.advance_watermark(watermark);
-        while let Some(timer) = self.timers.pop_event_timer() {
-            self.fire(timer, out)?;
-        }
-        out.emit_watermark(watermark);
-        Ok(())
+        self.fire_event_timers(watermark, out)
     }
 
     fn poll_pending(
@@ -132,15 +138,7 @@ where
         cx: &mut std::task::Context<'_>,
         out: &mut Collector<Self::Out>,
     ) -> Poll<Result<(), UserError>> {
-        let Some(now) = self.timers.poll_processing(cx) else {
-            return Poll::Pending;
-        };
-        while let Some(timer) = self.timers.pop_processing_timer(now) {
-            if let Err(e) = self.fire(timer, out) {
-                return Poll::Ready(Err(e));
-            }
-        }
-        Poll::Ready(Ok(()))
+        self.fire_processing_timers(cx, out)
     }
 
     fn snapshot_state(

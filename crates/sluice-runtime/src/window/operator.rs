@@ -25,7 +25,7 @@ use super::assigner::{TimeWindow, WindowAssigner, WindowKind};
 use super::function::WindowContents;
 use crate::key_groups::key_group;
 use crate::operator::{Collector, Operator, OperatorContext};
-use crate::process::{OutputTag, StateKey, Tagged};
+use crate::process::{OutputTag, StateKey, Tagged, TimedOperator};
 use crate::state::{KeyGroupEntry, OperatorState};
 use crate::timer::{InternalTimers, ProcessingClock, TimeDomain, Timer};
 use rustc_hash::FxHashMap;
@@ -215,27 +215,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         let Some(acc) = self.windows.get(&(key.clone(), w.start)) else {
             return Ok(());
         };
-        self.results.clear();
-        self.contents.emit(key, &w, acc, &mut self.results)?;
-        for r in self.results.drain(..) {
-            out.collect_at(Tagged::Main(r), w.max_timestamp());
-        }
-        Ok(())
-    }
-
-    fn emit_acc(
-        &mut self,
-        key: &K,
-        w: TimeWindow,
-        acc: &C::Acc,
-        out: &mut Collector<Tagged<C::Out>>,
-    ) -> Result<(), UserError> {
-        self.results.clear();
-        self.contents.emit(key, &w, acc, &mut self.results)?;
-        for r in self.results.drain(..) {
-            out.collect_at(Tagged::Main(r), w.max_timestamp());
-        }
-        Ok(())
+        emit_results(&mut self.contents, &mut self.results, key, w, acc, out)
     }
 
     fn late(&mut self, record: In, timestamp: i64, out: &mut Collector<Tagged<C::Out>>)
@@ -273,54 +253,6 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
                 self.sessions.remove(key);
             }
         }
-    }
-
-    fn on_timer(
-        &mut self,
-        timer: Timer<K, TimeWindow>,
-        out: &mut Collector<Tagged<C::Out>>,
-    ) -> Result<(), UserError> {
-        let Timer {
-            key,
-            namespace: w,
-            timestamp,
-            domain,
-        } = timer;
-        if self.spec.assigner.is_merging()
-            && !self.sessions.get(&key).is_some_and(|ws| ws.contains(&w))
-        {
-            // The window was merged into another or purged.
-            return Ok(());
-        }
-        let own_domain = if self.event_time() {
-            TimeDomain::EventTime
-        } else {
-            TimeDomain::ProcessingTime
-        };
-        if domain != own_domain {
-            return Ok(());
-        }
-        // EventTimeTrigger fires at the window's max timestamp; ProcessingTimeTrigger on any of
-        // its timers (the only one is at the max timestamp).
-        let fire = domain == TimeDomain::ProcessingTime || timestamp == w.max_timestamp();
-        if timestamp != self.cleanup_time(&w) {
-            if fire {
-                self.emit(&key, w, out)?;
-            }
-            return Ok(());
-        }
-        // The cleanup time: the window's last firing, if this is also its trigger time, then
-        // nothing of it is kept. Its trigger timer (at or before this one) already fired.
-        let Some(acc) = self.windows.remove(&(key.clone(), w.start)) else {
-            return Ok(());
-        };
-        if self.spec.assigner.is_merging() {
-            self.forget_session(&key, &w);
-        }
-        if fire {
-            self.emit_acc(&key, w, &acc, out)?;
-        }
-        Ok(())
     }
 
     /// A record of a non-merging assigner.
@@ -501,6 +433,62 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
     }
 }
 
+impl<In, K: StateKey, KF, C: WindowContents<K, In>> TimedOperator<K, TimeWindow, Tagged<C::Out>>
+    for WindowOperator<In, K, KF, C>
+{
+    fn timers(&mut self) -> &mut InternalTimers<K, TimeWindow> {
+        &mut self.timers
+    }
+
+    fn on_timer(
+        &mut self,
+        timer: Timer<K, TimeWindow>,
+        out: &mut Collector<Tagged<C::Out>>,
+    ) -> Result<(), UserError> {
+        let Timer {
+            key,
+            namespace: w,
+            timestamp,
+            domain,
+        } = timer;
+        if self.spec.assigner.is_merging()
+            && !self.sessions.get(&key).is_some_and(|ws| ws.contains(&w))
+        {
+            // The window was merged into another or purged.
+            return Ok(());
+        }
+        let own_domain = if self.event_time() {
+            TimeDomain::EventTime
+        } else {
+            TimeDomain::ProcessingTime
+        };
+        if domain != own_domain {
+            return Ok(());
+        }
+        // EventTimeTrigger fires at the window's max timestamp; ProcessingTimeTrigger on any of
+        // its timers (the only one is at the max timestamp).
+        let fire = domain == TimeDomain::ProcessingTime || timestamp == w.max_timestamp();
+        if timestamp != self.cleanup_time(&w) {
+            if fire {
+                self.emit(&key, w, out)?;
+            }
+            return Ok(());
+        }
+        // The cleanup time: the window's last firing, if this is also its trigger time, then
+        // nothing of it is kept. Its trigger timer (at or before this one) already fired.
+        let Some(acc) = self.windows.remove(&(key.clone(), w.start)) else {
+            return Ok(());
+        };
+        if self.spec.assigner.is_merging() {
+            self.forget_session(&key, &w);
+        }
+        if fire {
+            emit_results(&mut self.contents, &mut self.results, &key, w, &acc, out)?;
+        }
+        Ok(())
+    }
+}
+
 impl<In, K, KF, C> Operator<In> for WindowOperator<In, K, KF, C>
 where
     In: Data,
@@ -555,12 +543,7 @@ where
         watermark: Watermark,
         out: &mut Collector<Self::Out>,
     ) -> Result<(), UserError> {
-        self.timers.advance_watermark(watermark);
-        while let Some(timer) = self.timers.pop_event_timer() {
-            self.on_timer(timer, out)?;
-        }
-        out.emit_watermark(watermark);
-        Ok(())
+        self.fire_event_timers(watermark, out)
     }
 
     fn poll_pending(
@@ -568,15 +551,7 @@ where
         cx: &mut std::task::Context<'_>,
         out: &mut Collector<Self::Out>,
     ) -> Poll<Result<(), UserError>> {
-        let Some(now) = self.timers.poll_processing(cx) else {
-            return Poll::Pending;
-        };
-        while let Some(timer) = self.timers.pop_processing_timer(now) {
-            if let Err(e) = self.on_timer(timer, out) {
-                return Poll::Ready(Err(e));
-            }
-        }
-        Poll::Ready(Ok(()))
+        self.fire_processing_timers(cx, out)
     }
 
     fn snapshot_state(
@@ -627,6 +602,24 @@ where
         self.timers.restore_from(&state)?;
         Ok(())
     }
+}
+
+/// Emits what `contents` makes of window `w`'s `acc`, each result with the window's
+/// `max_timestamp` as its event time.
+fn emit_results<K, In, C: WindowContents<K, In>>(
+    contents: &mut C,
+    results: &mut Vec<C::Out>,
+    key: &K,
+    w: TimeWindow,
+    acc: &C::Acc,
+    out: &mut Collector<Tagged<C::Out>>,
+) -> Result<(), UserError> {
+    results.clear();
+    contents.emit(key, &w, acc, results)?;
+    for r in results.drain(..) {
+        out.collect_at(Tagged::Main(r), w.max_timestamp());
+    }
+    Ok(())
 }
 
 fn no_timestamp() -> UserError {

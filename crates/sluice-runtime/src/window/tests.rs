@@ -50,11 +50,25 @@ fn with_window(k: &u8, w: &TimeWindow, (n, s): (u64, i64)) -> Out {
 type TestOperator = WindowOperator<Rec, u8, fn(&Rec) -> u8, Aggregate<CountSum, WithWindow, Out>>;
 
 fn operator(assigner: WindowAssigner, lateness: i64) -> TestOperator {
+    operator_with(
+        assigner,
+        lateness,
+        Some(OutputTag::new("late")),
+        LateRecordsDropped::default(),
+    )
+}
+
+fn operator_with(
+    assigner: WindowAssigner,
+    lateness: i64,
+    late_tag: Option<OutputTag<Rec>>,
+    late_dropped: LateRecordsDropped,
+) -> TestOperator {
     let spec = WindowSpec {
         assigner,
         allowed_lateness: lateness,
-        late_tag: Some(OutputTag::new("late")),
-        late_dropped: LateRecordsDropped::default(),
+        late_tag,
+        late_dropped,
     };
     let key: fn(&Rec) -> u8 = |r| r.0;
     WindowOperator::new(
@@ -312,22 +326,7 @@ fn nothing_of_a_window_outlives_its_cleanup_time_and_aggregation_keeps_no_record
 fn late_records_without_a_side_output_are_dropped_and_counted() {
     let a = TumblingEventTimeWindows::of(Duration::from_millis(10));
     let dropped = LateRecordsDropped::default();
-    let spec = WindowSpec {
-        assigner: a,
-        allowed_lateness: 0,
-        late_tag: None,
-        late_dropped: dropped.clone(),
-    };
-    let key: fn(&Rec) -> u8 = |r| r.0;
-    let mut op = WindowOperator::new(
-        spec,
-        Aggregate {
-            agg: CountSum,
-            with_window: with_window as WithWindow,
-            _r: PhantomData,
-        },
-        key,
-    );
+    let mut op = operator_with(a, 0, None, dropped.clone());
     op.open(&OperatorContext::for_test("window", 0, 1)).unwrap();
     let mut c = Collector::new();
     op.process_watermark(Watermark::new(100), &mut c).unwrap();
