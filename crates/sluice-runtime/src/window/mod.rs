@@ -30,7 +30,5 @@ pub use assigner::{
 pub use function::{
     Aggregate, AggregateFunction, Process, ProcessWindowFunction, Reduce, WindowContents,
 };
-#[cfg(test)]
-use operator::CONTENTS_STATE_FOR_TESTS;
 pub(crate) use operator::WindowSpec;
 pub use operator::{LateRecordsDropped, WindowOperator};

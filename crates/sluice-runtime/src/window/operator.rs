@@ -37,9 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 
-const CONTENTS_STATE: &str = "_window/contents";
-#[cfg(test)]
-pub(crate) const CONTENTS_STATE_FOR_TESTS: &str = CONTENTS_STATE;
+pub(super) const CONTENTS_STATE: &str = "_window/contents";
 
 /// How many late records the window operator's subtasks dropped (no late side output was set),
 /// summed over subtasks and attempts (Flink's `numLateRecordsDropped`). A record replayed after

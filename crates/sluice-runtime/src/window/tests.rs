@@ -305,7 +305,7 @@ fn nothing_of_a_window_outlives_its_cleanup_time_and_aggregation_keeps_no_record
     let contents: usize = state
         .keyed_entries()
         .iter()
-        .filter(|e| e.state == CONTENTS_STATE_FOR_TESTS)
+        .filter(|e| e.state == operator::CONTENTS_STATE)
         .map(|e| e.data.len())
         .sum();
     assert!(
