@@ -39,11 +39,11 @@ async fn unordered_results_leave_as_they_complete_but_not_across_a_watermark() {
     assert_eq!(
         h.take_output(),
         vec![
-            StreamElement::Records(vec![10]),
-            StreamElement::Records(vec![20]),
-            StreamElement::Records(vec![30]),
+            StreamElement::records(vec![10]),
+            StreamElement::records(vec![20]),
+            StreamElement::records(vec![30]),
             StreamElement::Watermark(Watermark::new(100)),
-            StreamElement::Records(vec![5]),
+            StreamElement::records(vec![5]),
         ]
     );
 }
@@ -71,4 +71,39 @@ async fn requests_in_flight_at_a_snapshot_are_issued_again_after_a_restore() {
     assert_eq!(restored.records(), vec![30, 50]);
     // Issued again from the start: 50 ms for the slowest, not 50 - 15.
     assert_eq!(started.elapsed(), Duration::from_millis(50));
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_result_keeps_its_inputs_event_time_through_a_snapshot_and_a_backlog() {
+    // Capacity 2: the third record waits in the backlog, so all three places a record can be
+    // (a slot, a completed slot, the backlog) are snapshotted.
+    let op = || {
+        AsyncWait::new(async_fn(takes_x_ms))
+            .unordered()
+            .capacity(2)
+            .build()
+            .unwrap()
+    };
+    let mut h = OperatorTestHarness::new(op());
+    h.process_timed_batch(vec![10, 30, 50], vec![1_000, 3_000, 5_000])
+        .unwrap();
+    tokio::time::advance(Duration::from_millis(15)).await;
+    h.poll_pending().unwrap();
+    assert_eq!(h.timed_records(), vec![(10, Some(1_000))]);
+
+    let snapshot = h.snapshot(1).unwrap();
+    drop(h);
+    let mut restored = OperatorTestHarness::new(op())
+        .restore(vec![snapshot])
+        .unwrap();
+    restored.process_record(7).unwrap();
+    restored.end_input().unwrap();
+    restored.wait_pending().await.unwrap();
+    let mut got = restored.timed_records();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![(7, None), (30, Some(3_000)), (50, Some(5_000))],
+        "restored records keep their event times; a record without one gets none"
+    );
 }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # sluice against Apache Flink on this machine: Flink's AsyncDataStream (AsyncBench.java) with the
-# cases of `sluice-bench async-overhead` and `async-latency` at parallelism 1, then the sluice
-# benchmarks, then a side-by-side table (ratio sluice/Flink, higher is better for sluice).
-# Not part of CI.
+# cases of `sluice-bench async-overhead` and `async-latency` at parallelism 1, and Flink's
+# event-time windows (WindowBench.java: TumblingEventTimeWindows and SlidingEventTimeWindows with
+# an AggregateFunction) with the cases of `sluice-bench window`, then the sluice benchmarks, then
+# a side-by-side table (ratio sluice/Flink, higher is better for sluice). Not part of CI.
 #
-#   crates/sluice-bench/flink/run_async_flink.sh [--quick] [--flink-only]
+#   crates/sluice-bench/flink/run_async_flink.sh [--quick] [--flink-only] [--only async|window]
 #
 # Needs Java 17 (javac, java) and Python 3 with pip access to PyPI the first time: it installs
 # apache-flink==2.3.0 into target/flink-venv (set FLINK_VENV to use another venv) and takes the
@@ -17,19 +18,28 @@ venv=${FLINK_VENV:-$root/target/flink-venv}
 out=$root/target/flink-bench
 quick=0
 flink_only=0
-for arg in "$@"; do
-  case $arg in
+only=all
+while [[ $# -gt 0 ]]; do
+  case $1 in
     --quick) quick=1 ;;
     --flink-only) flink_only=1 ;;
-    *) echo "unknown argument: $arg" >&2; exit 2 ;;
+    --only) only=${2:-}; shift ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
+  shift
 done
+case $only in
+  all|async|window) ;;
+  *) echo "--only takes async or window, got '$only'" >&2; exit 2 ;;
+esac
 
 if [[ $quick == 1 ]]; then
   flink_args=(--records 2000000 --latency-records 9000 --reps 2)
+  window_args=(--records 1000000 --reps 2)
   sluice_flags=(--quick)
 else
   flink_args=(--records 20000000 --latency-records 18000 --reps 5)
+  window_args=(--records 10000000 --reps 5)
   sluice_flags=()
 fi
 
@@ -49,7 +59,7 @@ fi
 
 # 2. Compile and run the Flink job.
 mkdir -p "$out/classes"
-javac --release 17 -cp "$lib/*" -d "$out/classes" "$here/AsyncBench.java"
+javac --release 17 -cp "$lib/*" -d "$out/classes" "$here/AsyncBench.java" "$here/WindowBench.java"
 java_flags=(
   -Xmx2g
   --add-exports=java.base/sun.net.util=ALL-UNNAMED
@@ -69,16 +79,30 @@ java_flags=(
   --add-opens=java.base/java.util.concurrent.locks=ALL-UNNAMED
 )
 echo "... Flink 2.3.0 mini-cluster: $(java -version 2>&1 | head -n 1)" >&2
-java "${java_flags[@]}" -cp "$out/classes:$lib/*" AsyncBench "${flink_args[@]}" \
-  | tee "$out/flink.jsonl"
+: > "$out/flink.jsonl"
+if [[ $only != window ]]; then
+  java "${java_flags[@]}" -cp "$out/classes:$lib/*" AsyncBench "${flink_args[@]}" \
+    | tee -a "$out/flink.jsonl"
+fi
+if [[ $only != async ]]; then
+  java "${java_flags[@]}" -cp "$out/classes:$lib/*" WindowBench "${window_args[@]}" \
+    | tee -a "$out/flink.jsonl"
+fi
 [[ $flink_only == 1 ]] && exit 0
 
 # 3. The same cases in sluice (parallelism 1 for the latency case), then side by side.
 cd "$root"
-cargo run --release -q -p sluice-bench -- async-overhead "${sluice_flags[@]}" --json \
-  > "$out/sluice.jsonl"
-cargo run --release -q -p sluice-bench -- async-latency --parallelism 1 "${sluice_flags[@]}" --json \
-  >> "$out/sluice.jsonl"
+: > "$out/sluice.jsonl"
+if [[ $only != window ]]; then
+  cargo run --release -q -p sluice-bench -- async-overhead "${sluice_flags[@]}" --json \
+    >> "$out/sluice.jsonl"
+  cargo run --release -q -p sluice-bench -- async-latency --parallelism 1 "${sluice_flags[@]}" --json \
+    >> "$out/sluice.jsonl"
+fi
+if [[ $only != async ]]; then
+  cargo run --release -q -p sluice-bench -- window "${sluice_flags[@]}" --json \
+    >> "$out/sluice.jsonl"
+fi
 
 python3 - "$out/flink.jsonl" "$out/sluice.jsonl" <<'EOF'
 import json, sys

@@ -48,6 +48,10 @@ enum Command {
     /// Range shuffle cost: the range partitioner's records/s beside a hash partitioner, and the
     /// coordinator's aggregation and assignment time for 32 subtasks x 100,000-key maps.
     ShuffleCost(scenarios::shuffle::cost::Args),
+    /// Event-time windows: a 1-minute tumbling and a 1-minute/10-second sliding count per key
+    /// (10,000 keys), against a loop over an FxHashMap of (key, window) counts with the same
+    /// firing rule.
+    Window(scenarios::window::Args),
     /// Internal: one pipeline job in a fresh process, printing its peak memory (used by
     /// `pipeline` to show that memory does not grow with the record count).
     #[command(hide = true)]
@@ -64,6 +68,7 @@ fn main() -> anyhow::Result<()> {
         Command::Lookup(args) => scenarios::lookup::run(&args),
         Command::ShuffleSkew(args) => scenarios::shuffle::skew::run(&args),
         Command::ShuffleCost(args) => scenarios::shuffle::cost::run(&args),
+        Command::Window(args) => scenarios::window::run(&args),
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),
     }
 }

@@ -1,7 +1,7 @@
 //! The shared vocabulary of sluice.
 //!
 //! Everything in this crate is plain data: identifiers, the elements that travel between tasks
-//! ([`StreamElement`]), event time ([`Watermark`]), the [`Data`] bound every record type meets,
+//! ([`StreamElement`], whose records travel as a [`Batch`] with an optional column of event times), event time ([`Watermark`]), the [`Data`] bound every record type meets,
 //! and the error type user code returns ([`UserError`]), plus [`sync::lock`], the one
 //! poison-tolerant lock helper of the workspace. It has no runtime and no I/O, so every other
 //! crate of the workspace can depend on it.
@@ -9,8 +9,8 @@
 //! ```
 //! use sluice_core::{StreamElement, Watermark};
 //!
-//! let batch: StreamElement<u64> = StreamElement::Records(vec![1, 2, 3]);
-//! assert!(matches!(batch, StreamElement::Records(ref r) if r.len() == 3));
+//! let batch: StreamElement<u64> = StreamElement::records(vec![1, 2, 3]);
+//! assert!(matches!(batch, StreamElement::Records(ref b) if b.len() == 3));
 //! assert!(Watermark::MIN < Watermark::new(0));
 //! assert!(Watermark::new(0) < Watermark::MAX);
 //! ```
@@ -25,7 +25,7 @@ pub mod sync;
 mod watermark;
 
 pub use data::Data;
-pub use element::{CheckpointBarrier, StreamElement};
+pub use element::{Batch, CheckpointBarrier, NO_TIMESTAMP, StreamElement};
 pub use error::{UserError, panic_message};
 pub use event::OperatorEvent;
 pub use ids::{AttemptNumber, CheckpointId, NodeId, SubtaskIndex};

@@ -7,6 +7,9 @@
 //! - [`exchange`]: channels, batches and partitioners between tasks;
 //! - [`key_groups`]: how keys map to key groups and key groups to subtasks;
 //! - [`watermark`]: watermark strategies and the per-task watermark valve;
+//! - [`process`]: keyed process functions with per-key state, timers and side outputs;
+//! - [`window`]: tumbling, sliding and session windows with reduce, aggregate and process;
+//! - [`timer`]: event-time and processing-time timers of keyed operators, kept as keyed state;
 //! - [`job`]: planning, deployment, the job master, [`JobHandle`] and [`JobResult`];
 //! - [`metrics`]: per operator subtask counters;
 //! - `testing` (with the `testing` feature): fault injection and test operators.
@@ -41,15 +44,21 @@ pub mod job;
 pub mod key_groups;
 pub mod metrics;
 pub mod operator;
+pub mod process;
 pub mod state;
 pub mod storage;
 mod task;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod timer;
 pub mod watermark;
+pub mod window;
 
 pub use api::DataStreamSink;
-pub use api::{CollectHandle, DataStream, Generator, KeyedStream, Sink, StreamEnvironment};
+pub use api::{
+    CollectHandle, DataStream, Generator, KeyedStream, ProcessedStream, Sink, StreamEnvironment,
+    WindowedStream,
+};
 pub use error::{CoordinatorFailureInfo, JobError, TaskFailure};
 pub use exchange::partitioner::Partitioner;
 pub use graph::Partitioning;

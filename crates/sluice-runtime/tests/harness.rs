@@ -121,7 +121,7 @@ fn watermarks_come_out_in_order_with_the_records_they_release() {
     assert_eq!(
         h.take_output(),
         vec![
-            StreamElement::Records(vec![5, 10, 20]),
+            StreamElement::records(vec![5, 10, 20]),
             StreamElement::Watermark(Watermark::new(20)),
             StreamElement::Watermark(Watermark::new(25)),
         ]

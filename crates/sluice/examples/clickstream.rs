@@ -6,6 +6,8 @@
 //!     -> Enrich: profile lookup (async HTTP, unordered, retries, timeout)     (one chain per subtask)
 //!     == key_by(user) ==>
 //! Count per user (keyed state) -> Sink: JSON lines (exactly-once)            (one chain per subtask)
+//!     == key_by(user) ==>
+//! Clicks per user per minute (event-time window) -> Sink: per-minute JSON lines (exactly-once)
 //!
 //!                 Enrich <-- HTTP/1, pooled connections --> lookup service on 127.0.0.1
 //! ```
@@ -35,6 +37,13 @@
 //!   it). Either way the summary reads the committed output back and checks it: no line twice,
 //!   and per user exactly the clicks that passed the filters.
 //!
+//! - **Clicks per user per minute.** Beside the running counts, the enriched clicks go through a
+//!   1-minute tumbling event-time window per user (`window(..).aggregate_with(..)`: one counter
+//!   per user and minute, never the clicks); each window fires when the watermark passes its
+//!   end and is committed exactly once to `--output`/`per-minute`. The clicks keep their event
+//!   time through the async lookup. The summary checks that each user's minutes add up to the
+//!   user's clicks.
+//!
 //! - **Lookups from a database.** `--lookup redis` or `--lookup postgres` (servers at
 //!   `--redis-url` / `--postgres-url`, by default the usual ports on 127.0.0.1, as `.ci/services`
 //!   starts them) loads the same profiles into the server, then enriches with `sluice-lookup`
@@ -57,7 +66,7 @@ mod stores;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use count::{CountPerUser, CountedClick};
+use count::{ClicksPerMinute, CountClicks, CountPerUser, CountedClick};
 use events::{Click, Expected, RawClick, USERS, ZIPF_EXPONENT};
 use lookup::{EnrichedClick, LookupError, ProfileLookup, ServiceBehaviour};
 use output::{RunSettings, Verdict};
@@ -66,6 +75,7 @@ use sluice::async_io::{AsyncMetrics, AsyncMetricsSnapshot, MAX_CAPACITY};
 use sluice::failover::RestartStrategy;
 use sluice::prelude::*;
 use sluice::testing::FailureInjector;
+use sluice::window::{LateRecordsDropped, TumblingEventTimeWindows};
 use sluice_connectors::file::JsonLinesSink;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -202,6 +212,7 @@ fn existing_path(s: &str) -> Result<PathBuf, String> {
 /// Handles on a built job, read while it runs and after.
 struct Probes {
     lookups: AsyncMetrics,
+    late_clicks: LateRecordsDropped,
     last_checkpoint: Arc<AtomicU64>,
     failures: FailureInjector,
 }
@@ -257,8 +268,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let expected = Expected::compute(settings.events, &users);
     let verdict = output::verify(&args.output, &expected)
         .context("reading the committed output back failed")?;
+    let minutes = output::verify_minutes(&args.output, &expected)
+        .context("reading the committed per-minute output back failed")?;
     print_summary(&watched, &probes, &expected, &verdict, &args, settings);
-    Ok(verdict.exact())
+    print_minutes(&minutes, &probes, &args.output);
+    Ok(verdict.exact() && minutes.exact())
 }
 
 /// Prints the failure `--fail-after` injects as one line instead of a panic report with a
@@ -412,8 +426,22 @@ fn build_job(
 
     let (enriched, lookups) = enrich(&clicks, args, lookup_url)?;
     let last_checkpoint = Arc::new(AtomicU64::new(0));
-    enriched
-        .key_by(|c: &EnrichedClick| c.click.user)
+    let by_user = enriched.key_by(|c: &EnrichedClick| c.click.user);
+    let minutes = by_user.window(TumblingEventTimeWindows::of(Duration::from_secs(60)));
+    let late_clicks = minutes.late_records_dropped();
+    minutes
+        .aggregate_with(CountClicks, |user: &u64, minute, clicks| ClicksPerMinute {
+            user: *user,
+            minute_ms: minute.start,
+            clicks,
+        })
+        .name("Clicks per user per minute")
+        .sink_to_exactly_once(JsonLinesSink::<ClicksPerMinute>::new(
+            output::minutes_dir(&args.output),
+            output::MINUTES_PREFIX,
+        ))
+        .name("Sink: per-minute JSON lines");
+    by_user
         .process(CountPerUser::new(last_checkpoint.clone()))
         .name("Count per user")
         .sink_to_exactly_once(JsonLinesSink::<CountedClick>::new(
@@ -423,6 +451,7 @@ fn build_job(
         .name("Sink: JSON lines");
     Ok(Probes {
         lookups,
+        late_clicks,
         last_checkpoint,
         failures,
     })
@@ -654,6 +683,31 @@ fn print_summary(
         args.output.display()
     );
     print_verdict(verdict);
+}
+
+fn print_minutes(minutes: &output::MinutesVerdict, probes: &Probes, dir: &Path) {
+    let late = probes.late_clicks.get();
+    let late = if late == 0 {
+        String::new()
+    } else {
+        format!(", {} late clicks dropped", grouped(late))
+    };
+    if minutes.exact() {
+        println!(
+            "windows    {} (user, minute) counts committed in {}{late}: no window twice, and \
+             each user's minutes add up to the user's clicks: exactly once",
+            grouped(minutes.windows),
+            output::minutes_dir(dir).display()
+        );
+    } else {
+        println!(
+            "NOT EXACT  per-minute counts: {} windows, {} committed twice, {} users whose \
+             minutes do not add up{late}",
+            grouped(minutes.windows),
+            grouped(minutes.duplicates),
+            grouped(minutes.wrong_users as u64)
+        );
+    }
 }
 
 fn print_verdict(verdict: &Verdict) {

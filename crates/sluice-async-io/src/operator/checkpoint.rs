@@ -1,5 +1,5 @@
-//! Snapshots and restores: every held input and queued watermark, in input order, with attempts
-//! and the timeout budget used.
+//! Snapshots and restores: every held input (with its event time) and queued watermark, in input
+//! order, with attempts and the timeout budget used.
 
 use super::*;
 
@@ -34,7 +34,7 @@ where
                         Phase::Running | Phase::Done(_) => e.attempt - 1,
                     };
                     let elapsed = now.saturating_duration_since(e.started);
-                    state::encode_record(&e.input, attempts_done, elapsed)
+                    state::encode_record(&e.input, e.timestamp, attempts_done, elapsed)
                         .map_err(|err| snapshot_error(&e.input, err))?
                 }
                 None => state::encode_watermark(ts).map_err(|err| snapshot_error(&ts, err))?,
@@ -44,18 +44,19 @@ where
         for b in &self.backlog {
             match b {
                 Backlog::Batch(records) => {
-                    for r in records.as_slice() {
-                        let bytes = state::encode_record(r, 0, Duration::ZERO)
+                    for (r, timestamp) in records.iter() {
+                        let bytes = state::encode_record(r, timestamp, 0, Duration::ZERO)
                             .map_err(|err| snapshot_error(r, err))?;
                         state.push(bytes);
                     }
                 }
                 Backlog::Restored {
                     input,
+                    timestamp,
                     attempts_done,
                     elapsed,
                 } => state.push(
-                    state::encode_record(input, *attempts_done, *elapsed)
+                    state::encode_record(input, *timestamp, *attempts_done, *elapsed)
                         .map_err(|err| snapshot_error(input, err))?,
                 ),
                 Backlog::Watermark(w) => state.push(
@@ -76,10 +77,12 @@ where
             self.backlog.push_back(match element {
                 RestoredElement::Record {
                     input,
+                    timestamp,
                     attempts_done,
                     elapsed,
                 } => Backlog::Restored {
                     input,
+                    timestamp,
                     attempts_done,
                     elapsed,
                 },

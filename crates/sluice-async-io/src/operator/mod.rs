@@ -10,6 +10,11 @@
 //! 2. `poll_pending` polls the futures whose wakers fired, admits backlog records into freed
 //!    slots, handles expired timeouts and due retries (from one clock read), and pops what the
 //!    completion queue lets leave.
+//!
+//! A record's event time (the batch's timestamp column, when it has one) stays with it in its
+//! slot, the backlog and snapshots, and every result of the record is emitted with it, as
+//! Flink's async operator keeps the input's `StreamRecord` timestamp.
+//!
 //! 3. Snapshots store every record still held (in flight, in backoff, completed but not yet
 //!    emitted, or in the backlog) and the queued watermarks, in input order; a restore puts them
 //!    in the backlog, so they are called again, in order, before any new input.
@@ -85,14 +90,14 @@ impl<In, R> Clone for Settings<In, R> {
 /// Where the operator puts what it emits: the runtime's [`Collector`], or a plain vector in
 /// tests.
 pub(crate) trait Emitter<T> {
-    fn record(&mut self, record: T);
+    fn record(&mut self, record: T, timestamp: Option<i64>);
     fn watermark(&mut self, watermark: Watermark);
 }
 
 impl<T> Emitter<T> for Collector<T> {
     #[inline]
-    fn record(&mut self, record: T) {
-        self.collect(record);
+    fn record(&mut self, record: T, timestamp: Option<i64>) {
+        self.collect_timed(record, timestamp);
     }
     fn watermark(&mut self, watermark: Watermark) {
         self.emit_watermark(watermark);
@@ -112,6 +117,8 @@ enum Phase<R> {
 /// A record held in a slot.
 struct Entry<In, R> {
     input: In,
+    /// The input's event time, given to each of its results.
+    timestamp: Option<i64>,
     seq: u64,
     /// The attempt running now, or the last one that ended (1-based).
     attempt: u32,
@@ -123,15 +130,58 @@ struct Entry<In, R> {
 /// Input accepted but not yet admitted into a slot.
 enum Backlog<In> {
     /// The rest of a batch that did not fit.
-    Batch(std::vec::IntoIter<In>),
+    Batch(Remaining<In>),
     /// A restored record.
     Restored {
         input: In,
+        timestamp: Option<i64>,
         attempts_done: u32,
         elapsed: Duration,
     },
     /// A watermark that arrived (or was restored) behind backlog records.
     Watermark(Watermark),
+}
+
+/// The records of a batch not admitted yet, with their event times when the batch had them.
+pub(crate) struct Remaining<In> {
+    records: std::vec::IntoIter<In>,
+    timestamps: Option<std::vec::IntoIter<i64>>,
+}
+
+impl<In> Remaining<In> {
+    fn new(records: Vec<In>, timestamps: Option<Vec<i64>>) -> Self {
+        Remaining {
+            records: records.into_iter(),
+            timestamps: timestamps.map(Vec::into_iter),
+        }
+    }
+
+    #[inline]
+    fn next(&mut self) -> Option<(In, Option<i64>)> {
+        let r = self.records.next()?;
+        let t = self.timestamps.as_mut().and_then(Iterator::next);
+        Some((r, t.filter(|t| *t != sluice_core::NO_TIMESTAMP)))
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// The remaining records with their event times.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&In, Option<i64>)> {
+        let ts = self.timestamps.as_ref().map(|t| t.as_slice());
+        self.records
+            .as_slice()
+            .iter()
+            .enumerate()
+            .map(move |(i, r)| {
+                let t = ts
+                    .map(|ts| ts[i])
+                    .filter(|t| *t != sluice_core::NO_TIMESTAMP);
+                (r, t)
+            })
+    }
 }
 
 /// Reads the clock at most once.
@@ -261,9 +311,10 @@ where
     fn on_batch<E: Emitter<F::Out>>(
         &mut self,
         batch: Vec<In>,
+        timestamps: Option<Vec<i64>>,
         out: &mut E,
     ) -> Result<(), UserError> {
-        let mut records = batch.into_iter();
+        let mut records = Remaining::new(batch, timestamps);
         let result = if self.backlog.is_empty() {
             let now = Instant::now();
             self.admit_from(&mut records, now, out).map(drop)
@@ -279,14 +330,16 @@ where
 
     fn admit_from<E: Emitter<F::Out>>(
         &mut self,
-        records: &mut std::vec::IntoIter<In>,
+        records: &mut Remaining<In>,
         now: Instant,
         out: &mut E,
     ) -> Result<usize, UserError> {
         let mut admitted = 0;
         while self.slab.free_slots() > 0 {
-            let Some(input) = records.next() else { break };
-            self.admit(input, 1, now, now, out)?;
+            let Some((input, timestamp)) = records.next() else {
+                break;
+            };
+            self.admit(input, timestamp, 1, now, now, out)?;
             admitted += 1;
         }
         Ok(admitted)
@@ -373,7 +426,8 @@ where
         batch: Vec<In>,
         out: &mut Collector<F::Out>,
     ) -> Result<(), UserError> {
-        self.on_batch(batch, out)
+        let timestamps = out.take_input_timestamps();
+        self.on_batch(batch, timestamps, out)
     }
 
     fn process_watermark(

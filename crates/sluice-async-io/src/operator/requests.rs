@@ -14,6 +14,7 @@ where
     pub(super) fn admit<E: Emitter<F::Out>>(
         &mut self,
         input: In,
+        timestamp: Option<i64>,
         attempt: u32,
         started: Instant,
         now: Instant,
@@ -45,7 +46,7 @@ where
                                 self.local.completed(now.saturating_duration_since(started));
                             }
                             for r in results {
-                                out.record(r);
+                                out.record(r, timestamp);
                             }
                             Ok(())
                         }
@@ -55,11 +56,11 @@ where
                         }
                     };
                 }
-                self.hold(slot, input, key, attempt, started);
+                self.hold(slot, input, timestamp, key, attempt, started);
                 self.end_attempt(slot, outcome, decision, now, out)
             }
             Polled::Pending => {
-                self.hold(slot, input, key, attempt, started);
+                self.hold(slot, input, timestamp, key, attempt, started);
                 Ok(())
             }
             Polled::Panicked(message) => {
@@ -94,6 +95,7 @@ where
         &mut self,
         slot: usize,
         input: In,
+        timestamp: Option<i64>,
         key: u64,
         attempt: u32,
         started: Instant,
@@ -105,6 +107,7 @@ where
         }
         self.entries[slot] = Some(Entry {
             input,
+            timestamp,
             seq,
             attempt,
             started,
@@ -309,7 +312,7 @@ where
             }
             any = true;
             if let Some(Backlog::Batch(records)) = self.backlog.front_mut() {
-                let mut records = std::mem::replace(records, Vec::new().into_iter());
+                let mut records = std::mem::replace(records, Remaining::new(Vec::new(), None));
                 let result = self.admit_from(&mut records, now, out);
                 if records.len() == 0 {
                     self.backlog.pop_front();
@@ -323,9 +326,10 @@ where
                 Some(Backlog::Watermark(w)) => self.push_watermark(w, out),
                 Some(Backlog::Restored {
                     input,
+                    timestamp,
                     attempts_done,
                     elapsed,
-                }) => self.admit_restored(input, attempts_done, elapsed, now, out)?,
+                }) => self.admit_restored(input, timestamp, attempts_done, elapsed, now, out)?,
                 Some(Backlog::Batch(_)) | None => {}
             }
         }
@@ -334,6 +338,7 @@ where
     pub(super) fn admit_restored<E: Emitter<F::Out>>(
         &mut self,
         input: In,
+        timestamp: Option<i64>,
         attempts_done: u32,
         elapsed: Duration,
         now: Instant,
@@ -343,14 +348,14 @@ where
         let attempt = attempts_done.saturating_add(1);
         let exhausted = self.settings.timeout.is_some_and(|t| elapsed >= t);
         if !exhausted {
-            return self.admit(input, attempt, started, now, out);
+            return self.admit(input, timestamp, attempt, started, now, out);
         }
         // No budget left: do not call again; the timeout fires at the next check.
         let key = self.key_of(&input, attempt)?;
         let Some(slot) = self.slab.acquire() else {
             return Err("async wait operator restored a record without a free slot".into());
         };
-        self.hold(slot, input, key, attempts_done, started);
+        self.hold(slot, input, timestamp, key, attempts_done, started);
         if let Some(Some(e)) = self.entries.get_mut(slot) {
             e.phase = Phase::Backoff;
         }
@@ -366,11 +371,12 @@ where
                 Emit::Record(slot) => {
                     if let Some(Entry {
                         phase: Phase::Done(results),
+                        timestamp,
                         ..
                     }) = self.entries[slot].take()
                     {
                         for r in results {
-                            out.record(r);
+                            out.record(r, timestamp);
                         }
                     }
                     self.slab.release(slot);

@@ -1,7 +1,8 @@
 //! The checkpointed form of the operator's in-flight elements: one state entry per record or
 //! watermark, in input order.
 //!
-//! A record entry carries the input, how many attempts had ended before the snapshot, and how
+//! A record entry carries the input, its event time (when it has one: a `TimedRecord`, a variant
+//! added after the others so entries written before timestamps existed still decode), how many attempts had ended before the snapshot, and how
 //! much of its timeout budget was used, so a restore re-invokes it with the right attempt number
 //! and the remaining budget. One entry per element lets a restore at another parallelism deal
 //! the records out to any subtasks.
@@ -21,6 +22,12 @@ enum StoredRef<'a, In> {
         elapsed_us: u64,
     },
     Watermark(i64),
+    TimedRecord {
+        input: &'a In,
+        timestamp: i64,
+        attempts_done: u32,
+        elapsed_us: u64,
+    },
 }
 
 #[derive(Deserialize)]
@@ -31,6 +38,12 @@ enum Stored<In> {
         elapsed_us: u64,
     },
     Watermark(i64),
+    TimedRecord {
+        input: In,
+        timestamp: i64,
+        attempts_done: u32,
+        elapsed_us: u64,
+    },
 }
 
 /// One restored element.
@@ -39,6 +52,7 @@ pub(crate) enum RestoredElement<In> {
     /// A record to call again as attempt `attempts_done + 1`, `elapsed` into its timeout.
     Record {
         input: In,
+        timestamp: Option<i64>,
         attempts_done: u32,
         elapsed: Duration,
     },
@@ -49,18 +63,25 @@ pub(crate) enum RestoredElement<In> {
 /// Encodes a record entry.
 pub(crate) fn encode_record<In: Serialize>(
     input: &In,
+    timestamp: Option<i64>,
     attempts_done: u32,
     elapsed: Duration,
 ) -> Result<Vec<u8>, CodecError> {
     let elapsed_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-    codec::encode(&(
-        FORMAT,
-        StoredRef::Record {
+    let stored = match timestamp {
+        None => StoredRef::Record {
             input,
             attempts_done,
             elapsed_us,
         },
-    ))
+        Some(timestamp) => StoredRef::TimedRecord {
+            input,
+            timestamp,
+            attempts_done,
+            elapsed_us,
+        },
+    };
+    codec::encode(&(FORMAT, stored))
 }
 
 /// Encodes a watermark entry.
@@ -85,6 +106,18 @@ pub(crate) fn decode<In: for<'de> Deserialize<'de>>(
             elapsed_us,
         } => RestoredElement::Record {
             input,
+            timestamp: None,
+            attempts_done,
+            elapsed: Duration::from_micros(elapsed_us),
+        },
+        Stored::TimedRecord {
+            input,
+            timestamp,
+            attempts_done,
+            elapsed_us,
+        } => RestoredElement::Record {
+            input,
+            timestamp: Some(timestamp),
             attempts_done,
             elapsed: Duration::from_micros(elapsed_us),
         },
@@ -98,13 +131,30 @@ mod tests {
 
     #[test]
     fn entries_round_trip() {
-        let r = encode_record(&("k".to_string(), 7u32), 2, Duration::from_millis(1500)).unwrap();
+        let r = encode_record(
+            &("k".to_string(), 7u32),
+            None,
+            2,
+            Duration::from_millis(1500),
+        )
+        .unwrap();
         assert_eq!(
             decode::<(String, u32)>(&r).unwrap(),
             RestoredElement::Record {
                 input: ("k".to_string(), 7),
+                timestamp: None,
                 attempts_done: 2,
                 elapsed: Duration::from_millis(1500),
+            }
+        );
+        let t = encode_record(&("t".to_string(), 1u32), Some(-3), 0, Duration::ZERO).unwrap();
+        assert_eq!(
+            decode::<(String, u32)>(&t).unwrap(),
+            RestoredElement::Record {
+                input: ("t".to_string(), 1),
+                timestamp: Some(-3),
+                attempts_done: 0,
+                elapsed: Duration::ZERO,
             }
         );
         let w = encode_watermark(-5).unwrap();

@@ -29,7 +29,7 @@ enum Ev {
 }
 
 impl Emitter<u64> for Vec<Ev> {
-    fn record(&mut self, r: u64) {
+    fn record(&mut self, r: u64, _timestamp: Option<i64>) {
         self.push(Ev::R(r));
     }
     fn watermark(&mut self, w: Watermark) {
@@ -172,7 +172,7 @@ where
     I::Fut: Send + 'static,
 {
     fn on_batch(&mut self, batch: Vec<u64>, out: &mut Vec<Ev>) -> Result<(), UserError> {
-        AsyncWaitOperator::on_batch(self, batch, out)
+        AsyncWaitOperator::on_batch(self, batch, None, out)
     }
     fn on_watermark(&mut self, w: Watermark, out: &mut Vec<Ev>) -> Result<(), UserError> {
         AsyncWaitOperator::on_watermark(self, w, out)

@@ -7,6 +7,7 @@ pub mod coordinator;
 pub mod lookup;
 pub mod pipeline;
 pub mod shuffle;
+pub mod window;
 
 use clap::Args;
 

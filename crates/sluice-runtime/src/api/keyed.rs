@@ -1,7 +1,11 @@
 //! [`KeyedStream`]: a stream partitioned by key.
 
+use crate::api::processed::ProcessedStream;
 use crate::api::stream::DataStream;
+use crate::api::windowed::WindowedStream;
 use crate::operator::Operator;
+use crate::process::{KeyedProcessFunction, KeyedProcessOperator, StateKey};
+use crate::window::WindowAssigner;
 use sluice_core::Data;
 use std::marker::PhantomData;
 
@@ -26,6 +30,16 @@ pub struct KeyedStream<T, K, F> {
     _k: PhantomData<fn() -> K>,
 }
 
+impl<T, K, F: Clone> Clone for KeyedStream<T, K, F> {
+    fn clone(&self) -> Self {
+        KeyedStream {
+            stream: self.stream.clone(),
+            key_fn: self.key_fn.clone(),
+            _k: PhantomData,
+        }
+    }
+}
+
 impl<T: Data, K, F: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, K, F> {
     pub(crate) fn new(stream: DataStream<T>, key_fn: F) -> Self {
         KeyedStream {
@@ -48,6 +62,27 @@ impl<T: Data, K, F: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, K, F> {
     /// Adds a user [`Operator`] that receives the records partitioned by key.
     pub fn process<Op: Operator<T> + Clone>(&self, op: Op) -> DataStream<Op::Out> {
         self.stream.process(op)
+    }
+
+    /// Runs a [`KeyedProcessFunction`] on each record with its key current, with per-key state
+    /// and timers (Flink's `KeyedStream.process`). The result is the function's main output;
+    /// its side outputs come from [`ProcessedStream::get_side_output`].
+    pub fn process_keyed<P>(&self, func: P) -> ProcessedStream<P::Out>
+    where
+        K: StateKey,
+        P: KeyedProcessFunction<K, T>,
+    {
+        let op = KeyedProcessOperator::new(func, self.key_fn.clone());
+        ProcessedStream::new(self.stream.transform("Keyed Process", op), "Keyed Process")
+    }
+
+    /// Cuts the stream into windows of each key (Flink's `KeyedStream.window`); see
+    /// [`WindowedStream`].
+    pub fn window(&self, assigner: WindowAssigner) -> WindowedStream<T, K, F>
+    where
+        K: StateKey,
+    {
+        WindowedStream::new(self.clone(), assigner)
     }
 
     /// Adds a user [`Operator`] under `name`.

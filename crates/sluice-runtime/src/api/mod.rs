@@ -2,48 +2,57 @@
 //!
 //! ```
 //! use sluice_runtime::prelude::*;
+//! use sluice_runtime::window::{AggregateFunction, TumblingEventTimeWindows};
+//! use std::time::Duration;
 //!
 //! let env = StreamEnvironment::new();
 //! env.set_parallelism(2);
-//! let words = env.from_iter(vec!["a b", "b c", "c"]);
-//! let counts = words
-//!     .flat_map(|line: &str| line.split(' ').map(str::to_string).collect::<Vec<_>>())
+//! // Lines of text with their event time in milliseconds.
+//! let lines = env.from_iter(vec![("a b", 1_000i64), ("b c", 2_000), ("c", 61_000)]);
+//! let counts = lines
+//!     .assign_timestamps_and_watermarks(WatermarkStrategy::for_monotonous_timestamps(|l: &(&str, i64)| l.1))
+//!     .flat_map(|(line, _): (&str, i64)| line.split(' ').map(str::to_string).collect::<Vec<_>>())
 //!     .name("split")
 //!     .key_by(|w: &String| w.clone())
-//!     .process(WordCount::default())
+//!     .window(TumblingEventTimeWindows::of(Duration::from_secs(60)))
+//!     .aggregate_with(Count, |word: &String, minute, n| (word.clone(), minute.start, n))
 //!     .collect();
-//! let result = env.execute_blocking("words").unwrap();
+//! let result = env.execute_blocking("words per minute").unwrap();
 //! let mut out = counts.take();
 //! out.sort();
-//! assert_eq!(out, vec![("a".into(), 1), ("b".into(), 1), ("b".into(), 2), ("c".into(), 1), ("c".into(), 2)]);
+//! assert_eq!(out, vec![
+//!     ("a".into(), 0, 1), ("b".into(), 0, 2), ("c".into(), 0, 1), ("c".into(), 60_000, 1),
+//! ]);
 //! assert_eq!(result.metrics.operator("split").records_out, 5);
 //!
-//! #[derive(Clone, Default)]
-//! struct WordCount(std::collections::HashMap<String, u64>);
-//! impl Operator<String> for WordCount {
-//!     type Out = (String, u64);
-//!     fn process_batch(&mut self, batch: Vec<String>, out: &mut Collector<(String, u64)>) -> Result<(), UserError> {
-//!         for w in batch {
-//!             let n = self.0.entry(w.clone()).or_default();
-//!             *n += 1;
-//!             out.collect((w, *n));
-//!         }
-//!         Ok(())
-//!     }
+//! /// Counts a window's words: one counter per word and minute, never the words themselves.
+//! #[derive(Clone)]
+//! struct Count;
+//! impl AggregateFunction<String> for Count {
+//!     type Acc = u64;
+//!     type Out = u64;
+//!     fn create_accumulator(&self) -> u64 { 0 }
+//!     fn add(&self, _word: String, n: &mut u64) { *n += 1; }
+//!     fn get_result(&self, n: &u64) -> u64 { *n }
+//!     fn merge(&self, a: u64, b: u64) -> u64 { a + b }
 //! }
 //! ```
 
 mod environment;
 mod keyed;
+mod processed;
 mod sink;
 mod source;
 mod stream;
 mod two_phase;
+mod windowed;
 
 pub use environment::StreamEnvironment;
 pub use keyed::KeyedStream;
+pub use processed::ProcessedStream;
 pub use sink::{CollectHandle, Sink};
 pub use source::Generator;
 pub use stream::{DataStream, DataStreamSink};
 pub(crate) use two_phase::TwoPhaseCommitOp;
 pub use two_phase::TwoPhaseCommitSink;
+pub use windowed::WindowedStream;

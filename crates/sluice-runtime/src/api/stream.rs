@@ -170,6 +170,14 @@ impl<T: Data> DataStream<T> {
         DataStream::new(self.env.clone(), id)
     }
 
+    /// Marks the operator producing this stream as misconfigured: submitting the job fails
+    /// with `message`, naming the operator.
+    pub(crate) fn refuse(&self, message: String) {
+        let id = self.node;
+        self.env
+            .with_graph(|g| g.nodes[id.0].config_error = Some(message));
+    }
+
     /// Adds `op` under `name` with an operator coordinator: the job master creates one
     /// coordinator through `provider`, on its own thread, and connects it with the operator's
     /// subtasks (events both ways, aligned with checkpoints; see the `sluice-coordinator` crate).

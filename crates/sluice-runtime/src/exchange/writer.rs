@@ -13,8 +13,8 @@ use crate::operator::OperatorContext;
 use crate::task::chain::{ChainStage, failure};
 use crate::task::control::TaskSnapshot;
 use sluice_core::{
-    CheckpointBarrier, CheckpointId, Data, NodeId, OperatorEvent, StreamElement, Watermark,
-    WatermarkStatus,
+    Batch, CheckpointBarrier, CheckpointId, Data, NO_TIMESTAMP, NodeId, OperatorEvent,
+    StreamElement, Watermark, WatermarkStatus,
 };
 use std::collections::VecDeque;
 use std::hash::Hash;
@@ -22,8 +22,13 @@ use std::task::{Context, Poll};
 use tokio_util::sync::PollSender;
 
 /// Per-target record buffers and the queue of sealed elements waiting for channel room.
+///
+/// Each target's buffer has a timestamp column beside it, filled lazily as the collector's is:
+/// empty while no buffered record has an event time, so a job without event time never touches
+/// it; otherwise padded with `NO_TIMESTAMP` for records that came without one.
 pub(crate) struct Buffers<T> {
     bufs: Vec<Vec<T>>,
+    ts: Vec<Vec<i64>>,
     batch_size: usize,
     ready: VecDeque<(usize, StreamElement<T>)>,
     /// A watermark that arrived while records were buffered: it waits for the next seal of all
@@ -35,6 +40,7 @@ impl<T: Data> Buffers<T> {
     fn new(targets: usize, batch_size: usize) -> Self {
         Buffers {
             bufs: (0..targets).map(|_| Vec::new()).collect(),
+            ts: (0..targets).map(|_| Vec::new()).collect(),
             batch_size: batch_size.max(1),
             ready: VecDeque::new(),
             pending_watermark: None,
@@ -47,7 +53,7 @@ impl<T: Data> Buffers<T> {
         self.bufs.len()
     }
 
-    /// Appends one record for `target`, sealing its buffer when full.
+    /// Appends one record without an event time for `target`, sealing its buffer when full.
     #[inline]
     pub(crate) fn push(&mut self, target: usize, record: T) {
         let buf = &mut self.bufs[target];
@@ -56,30 +62,69 @@ impl<T: Data> Buffers<T> {
         }
         buf.push(record);
         if buf.len() >= self.batch_size {
-            if self.pending_watermark.is_some() {
-                self.seal_all();
-            } else {
-                self.seal(target);
-            }
+            self.full(target);
+        }
+    }
+
+    /// Appends one record with its event time for `target`, sealing its buffer when full.
+    #[inline]
+    pub(crate) fn push_timed(&mut self, target: usize, record: T, timestamp: i64) {
+        let buf = &mut self.bufs[target];
+        if buf.capacity() == 0 {
+            buf.reserve_exact(self.batch_size);
+        }
+        let ts = &mut self.ts[target];
+        if ts.len() < buf.len() {
+            ts.resize(buf.len(), NO_TIMESTAMP);
+        }
+        ts.push(timestamp);
+        buf.push(record);
+        if buf.len() >= self.batch_size {
+            self.full(target);
+        }
+    }
+
+    #[inline]
+    fn full(&mut self, target: usize) {
+        if self.pending_watermark.is_some() {
+            self.seal_all();
+        } else {
+            self.seal(target);
         }
     }
 
     /// Hands a whole batch to `target`, without copying it when it is large enough on its own.
     #[inline]
-    pub(crate) fn push_batch(&mut self, target: usize, batch: Vec<T>) {
+    pub(crate) fn push_batch(&mut self, target: usize, batch: Batch<T>) {
         if self.bufs[target].is_empty() && batch.len() * 2 >= self.batch_size {
             self.ready
                 .push_back((target, StreamElement::Records(batch)));
         } else {
-            for r in batch {
-                self.push(target, r);
+            match batch.into_parts() {
+                (records, None) => {
+                    for r in records {
+                        self.push(target, r);
+                    }
+                }
+                (records, Some(ts)) => {
+                    for (r, t) in records.into_iter().zip(ts) {
+                        self.push_timed(target, r, t);
+                    }
+                }
             }
         }
     }
 
     fn seal(&mut self, target: usize) {
         if !self.bufs[target].is_empty() {
-            let batch = std::mem::take(&mut self.bufs[target]);
+            let records = std::mem::take(&mut self.bufs[target]);
+            let batch = if self.ts[target].is_empty() {
+                Batch::new(records)
+            } else {
+                let mut ts = std::mem::take(&mut self.ts[target]);
+                ts.resize(records.len(), NO_TIMESTAMP);
+                Batch::with_timestamps(records, ts)
+            };
             self.ready
                 .push_back((target, StreamElement::Records(batch)));
         }
@@ -114,9 +159,10 @@ impl<T: Data> Buffers<T> {
     }
 }
 
-/// Routes the records of a batch into per-target buffers.
+/// Routes the records of a batch into per-target buffers. A record and its event time always
+/// go to the same target together.
 pub(crate) trait Route<T>: Send + 'static {
-    fn route(&mut self, batch: Vec<T>, out: &mut Buffers<T>) -> Result<(), String>;
+    fn route(&mut self, batch: Batch<T>, out: &mut Buffers<T>) -> Result<(), String>;
 }
 
 /// Same subtask index downstream.
@@ -126,7 +172,7 @@ pub(crate) struct ForwardRoute {
 
 impl<T: Data> Route<T> for ForwardRoute {
     #[inline]
-    fn route(&mut self, batch: Vec<T>, out: &mut Buffers<T>) -> Result<(), String> {
+    fn route(&mut self, batch: Batch<T>, out: &mut Buffers<T>) -> Result<(), String> {
         out.push_batch(self.target, batch);
         Ok(())
     }
@@ -137,17 +183,35 @@ pub(crate) struct RebalanceRoute {
     pub(crate) next: usize,
 }
 
+impl RebalanceRoute {
+    #[inline]
+    fn next_target(&mut self, n: usize) -> usize {
+        self.next = if self.next + 1 >= n { 0 } else { self.next + 1 };
+        self.next
+    }
+}
+
 impl<T: Data> Route<T> for RebalanceRoute {
     #[inline]
-    fn route(&mut self, batch: Vec<T>, out: &mut Buffers<T>) -> Result<(), String> {
+    fn route(&mut self, batch: Batch<T>, out: &mut Buffers<T>) -> Result<(), String> {
         let n = out.targets();
         if n == 1 {
             out.push_batch(0, batch);
             return Ok(());
         }
-        for r in batch {
-            self.next = if self.next + 1 >= n { 0 } else { self.next + 1 };
-            out.push(self.next, r);
+        match batch.into_parts() {
+            (records, None) => {
+                for r in records {
+                    let t = self.next_target(n);
+                    out.push(t, r);
+                }
+            }
+            (records, Some(ts)) => {
+                for (r, ts) in records.into_iter().zip(ts) {
+                    let t = self.next_target(n);
+                    out.push_timed(t, r, ts);
+                }
+            }
         }
         Ok(())
     }
@@ -161,15 +225,27 @@ pub(crate) struct HashRoute<F> {
 
 impl<T: Data, K: Hash, F: Fn(&T) -> K + Send + 'static> Route<T> for HashRoute<F> {
     #[inline]
-    fn route(&mut self, batch: Vec<T>, out: &mut Buffers<T>) -> Result<(), String> {
+    fn route(&mut self, batch: Batch<T>, out: &mut Buffers<T>) -> Result<(), String> {
         let n = out.targets();
         if n == 1 {
             out.push_batch(0, batch);
             return Ok(());
         }
-        for r in batch {
-            let g = key_group(&(self.key_fn)(&r), self.max_parallelism);
-            out.push(subtask_for_key_group(g, self.max_parallelism, n), r);
+        let target = |r: &T| {
+            let g = key_group(&(self.key_fn)(r), self.max_parallelism);
+            subtask_for_key_group(g, self.max_parallelism, n)
+        };
+        match batch.into_parts() {
+            (records, None) => {
+                for r in records {
+                    out.push(target(&r), r);
+                }
+            }
+            (records, Some(ts)) => {
+                for (r, ts) in records.into_iter().zip(ts) {
+                    out.push_timed(target(&r), r, ts);
+                }
+            }
         }
         Ok(())
     }
@@ -179,7 +255,7 @@ impl<T: Data, K: Hash, F: Fn(&T) -> K + Send + 'static> Route<T> for HashRoute<F
 pub(crate) struct BroadcastRoute;
 
 impl<T: Data> Route<T> for BroadcastRoute {
-    fn route(&mut self, batch: Vec<T>, out: &mut Buffers<T>) -> Result<(), String> {
+    fn route(&mut self, batch: Batch<T>, out: &mut Buffers<T>) -> Result<(), String> {
         let n = out.targets();
         for t in 0..n.saturating_sub(1) {
             out.push_batch(t, batch.clone());
@@ -196,16 +272,20 @@ pub(crate) struct CustomRoute<P>(pub(crate) P);
 
 impl<T: Data, P: Partitioner<T>> Route<T> for CustomRoute<P> {
     #[inline]
-    fn route(&mut self, batch: Vec<T>, out: &mut Buffers<T>) -> Result<(), String> {
+    fn route(&mut self, batch: Batch<T>, out: &mut Buffers<T>) -> Result<(), String> {
         let n = out.targets();
-        for r in batch {
+        let (records, ts) = batch.into_parts();
+        for (i, r) in records.into_iter().enumerate() {
             let t = self.0.partition(&r, n);
             if t >= n {
                 return Err(format!(
                     "the custom partitioner chose subtask {t} for record {r:?}, but there are only {n}"
                 ));
             }
-            out.push(t, r);
+            match &ts {
+                None => out.push(t, r),
+                Some(ts) => out.push_timed(t, r, ts[i]),
+            }
         }
         Ok(())
     }
@@ -244,7 +324,7 @@ impl<T: Data, R: Route<T>> ChainStage<T> for NetworkWriter<T, R> {
     }
 
     #[inline]
-    fn process_batch(&mut self, batch: Vec<T>) -> Result<(), TaskError> {
+    fn process_batch(&mut self, batch: Batch<T>) -> Result<(), TaskError> {
         self.route
             .route(batch, &mut self.buffers)
             .map_err(|m| failure(&self.producer, m))
@@ -351,9 +431,9 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                (0, StreamElement::Records(vec![0, 2, 4])),
-                (1, StreamElement::Records(vec![1, 3, 5])),
-                (0, StreamElement::Records(vec![6])),
+                (0, StreamElement::records(vec![0, 2, 4])),
+                (1, StreamElement::records(vec![1, 3, 5])),
+                (0, StreamElement::records(vec![6])),
             ]
         );
     }
@@ -370,8 +450,8 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                (0, StreamElement::Records(vec![1, 3])),
-                (1, StreamElement::Records(vec![2])),
+                (0, StreamElement::records(vec![1, 3])),
+                (1, StreamElement::records(vec![2])),
                 (0, StreamElement::Watermark(Watermark::new(5))),
                 (1, StreamElement::Watermark(Watermark::new(5))),
             ]
@@ -385,10 +465,54 @@ mod tests {
     fn rebalance_spreads_evenly() {
         let mut b = Buffers::<u32>::new(3, 1000);
         let mut r = RebalanceRoute { next: 0 };
-        Route::route(&mut r, (0..300).collect(), &mut b).unwrap();
+        Route::route(&mut r, Batch::new((0..300).collect()), &mut b).unwrap();
         for t in 0..3 {
             assert_eq!(b.bufs[t].len(), 100);
         }
+    }
+
+    #[test]
+    fn hash_routing_keeps_each_record_with_its_timestamp() {
+        let mut b = Buffers::<u32>::new(3, 1000);
+        let mut r = HashRoute {
+            key_fn: |x: &u32| *x,
+            max_parallelism: 128,
+        };
+        let records: Vec<u32> = (0..60).collect();
+        let ts: Vec<i64> = records.iter().map(|x| i64::from(*x) * 10).collect();
+        Route::route(&mut r, Batch::with_timestamps(records, ts), &mut b).unwrap();
+        b.seal_all();
+        let mut seen = 0;
+        for (_, e) in b.ready.drain(..) {
+            let StreamElement::Records(batch) = e else {
+                continue;
+            };
+            for (rec, t) in batch.iter_timed() {
+                assert_eq!(t, Some(i64::from(*rec) * 10));
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 60);
+    }
+
+    #[test]
+    fn a_buffer_mixing_timed_and_plain_records_pads_with_the_marker() {
+        let mut b = Buffers::<u32>::new(1, 10);
+        b.push(0, 1);
+        b.push_timed(0, 2, 20);
+        b.push(0, 3);
+        b.seal_all();
+        let got: Vec<_> = b.ready.drain(..).collect();
+        assert_eq!(
+            got,
+            vec![(
+                0,
+                StreamElement::Records(Batch::with_timestamps(
+                    vec![1, 2, 3],
+                    vec![NO_TIMESTAMP, 20, NO_TIMESTAMP]
+                ))
+            )]
+        );
     }
 
     #[derive(Clone)]
@@ -402,7 +526,7 @@ mod tests {
     #[test]
     fn custom_partitioner_out_of_range_is_an_error_naming_the_record() {
         let mut b = Buffers::<u32>::new(2, 10);
-        let err = Route::route(&mut CustomRoute(Bad), vec![42], &mut b).unwrap_err();
+        let err = Route::route(&mut CustomRoute(Bad), Batch::new(vec![42]), &mut b).unwrap_err();
         assert!(err.contains("subtask 2") && err.contains("42"), "{err}");
     }
 }

@@ -58,8 +58,10 @@ pub(crate) struct Node {
     pub(crate) is_sink: bool,
     /// The operator's coordinator, if it declared one.
     pub(crate) coordinator: Option<Arc<dyn sluice_coordinator::CoordinatorProvider>>,
-    /// Why the job must be refused at submit time (a feature crate's invalid setting).
-    pub(crate) rejected: Option<String>,
+    /// A configuration found invalid while building the node (a window size of zero, a feature
+    /// crate's bad setting through `DataStream::reject_at_submit`): `plan` refuses the job with
+    /// it at submit time. The first reason recorded is kept.
+    pub(crate) config_error: Option<String>,
 }
 
 pub(crate) struct Edge {
@@ -115,7 +117,7 @@ impl StreamGraph {
             out_ops,
             is_sink,
             coordinator: None,
-            rejected: None,
+            config_error: None,
         });
         id
     }

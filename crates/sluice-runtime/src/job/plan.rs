@@ -82,9 +82,9 @@ pub(crate) fn plan(graph: &StreamGraph, config: &JobConfig) -> Result<Plan, JobE
     let describe = |id: NodeId| format!("'{}' ({})", graph.nodes[id.0].name, id);
     let mut parallelism = Vec::with_capacity(graph.nodes.len());
     for n in &graph.nodes {
-        if let Some(reason) = &n.rejected {
+        if let Some(e) = &n.config_error {
             return Err(JobError::InvalidJob(format!(
-                "operator {}: {reason}",
+                "operator {}: {e}",
                 describe(n.id)
             )));
         }

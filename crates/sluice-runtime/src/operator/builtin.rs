@@ -2,7 +2,9 @@
 //! operator behind sinks, `SinkOp`, lives beside the `Sink` trait in `api/sink.rs`).
 //!
 //! Each applies its closure to a whole batch in one monomorphised loop: the per-batch dynamic call
-//! into the operator is the only indirection a record pays.
+//! into the operator is the only indirection a record pays. Each keeps every input's event time on
+//! what it produced (the column is moved, or compacted beside the records); a batch without event
+//! times takes the same loops as before timestamps existed.
 
 use super::{Collector, Operator};
 use sluice_core::{Data, UserError};
@@ -19,7 +21,8 @@ where
     type Out = Out;
     #[inline]
     fn process_batch(&mut self, batch: Vec<In>, out: &mut Collector<Out>) -> Result<(), UserError> {
-        out.emit_batch(batch.into_iter().map(&mut self.0).collect());
+        let timestamps = out.take_input_timestamps();
+        out.emit_batch_at(batch.into_iter().map(&mut self.0).collect(), timestamps);
         Ok(())
     }
 }
@@ -39,6 +42,19 @@ where
         mut batch: Vec<T>,
         out: &mut Collector<T>,
     ) -> Result<(), UserError> {
+        if let Some(mut ts) = out.take_input_timestamps() {
+            let mut kept = 0;
+            for i in 0..batch.len() {
+                let keep = (self.0)(&batch[i]);
+                batch.swap(kept, i);
+                ts.swap(kept, i);
+                kept += usize::from(keep);
+            }
+            batch.truncate(kept);
+            ts.truncate(kept);
+            out.emit_batch_at(batch, Some(ts));
+            return Ok(());
+        }
         if std::mem::size_of::<T>() <= 16 {
             // Branch-free compaction: on unpredictable predicates `retain`'s branch mispredicts
             // about one record in three, which costs more than moving small records
@@ -71,9 +87,20 @@ where
     type Out = Out;
     #[inline]
     fn process_batch(&mut self, batch: Vec<In>, out: &mut Collector<Out>) -> Result<(), UserError> {
-        for record in batch {
-            for o in (self.0)(record) {
-                out.collect(o);
+        match out.take_input_timestamps() {
+            None => {
+                for record in batch {
+                    for o in (self.0)(record) {
+                        out.collect(o);
+                    }
+                }
+            }
+            Some(ts) => {
+                for (record, t) in batch.into_iter().zip(ts) {
+                    for o in (self.0)(record) {
+                        out.collect_at(o, t);
+                    }
+                }
             }
         }
         Ok(())
@@ -93,7 +120,7 @@ impl<T: Data> Operator<T> for IdentityOp<T> {
     type Out = T;
     #[inline]
     fn process_batch(&mut self, batch: Vec<T>, out: &mut Collector<T>) -> Result<(), UserError> {
-        out.emit_batch(batch);
+        out.forward_batch(batch);
         Ok(())
     }
 }

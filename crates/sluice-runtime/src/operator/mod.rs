@@ -74,6 +74,12 @@ pub trait Operator<In: Data>: Send + 'static {
     }
 
     /// Processes a non-empty batch of records, emitting results into `out`.
+    ///
+    /// When the records carry event times (a timestamp assigner ran upstream), they are in
+    /// [`Collector::input_timestamps`], one per record. An operator that should keep them on its
+    /// output passes them on: [`Collector::forward_batch`] for a pass-through,
+    /// [`Collector::collect_at`] per record; what is emitted with `collect` or `emit_batch`
+    /// carries no event time.
     fn process_batch(
         &mut self,
         batch: Vec<In>,

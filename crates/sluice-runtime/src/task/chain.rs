@@ -12,8 +12,8 @@ use crate::operator::{Collector, Operator, OperatorContext};
 use crate::state::OperatorState;
 use crate::task::control::TaskSnapshot;
 use sluice_core::{
-    CheckpointBarrier, CheckpointId, Data, OperatorEvent, StreamElement, UserError, Watermark,
-    WatermarkStatus, panic_message,
+    Batch, CheckpointBarrier, CheckpointId, Data, OperatorEvent, StreamElement, UserError,
+    Watermark, WatermarkStatus, panic_message,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -23,8 +23,9 @@ use std::task::{Context, Poll};
 pub(crate) trait ChainStage<In>: Send {
     /// Opens this stage and the rest of the chain, head to tail.
     fn open(&mut self) -> Result<(), TaskError>;
-    /// Pushes a batch through this stage and everything it emits through the rest of the chain.
-    fn process_batch(&mut self, batch: Vec<In>) -> Result<(), TaskError>;
+    /// Pushes a batch (with its event times, if any) through this stage and everything it emits
+    /// through the rest of the chain.
+    fn process_batch(&mut self, batch: Batch<In>) -> Result<(), TaskError>;
     /// Pushes a watermark through.
     fn process_watermark(&mut self, watermark: Watermark) -> Result<(), TaskError>;
     /// Pushes an idle/active change through (operators do not see it).
@@ -169,10 +170,14 @@ impl<In: Data, Op: Operator<In>> ChainStage<In> for OperatorStage<In, Op> {
     }
 
     #[inline]
-    fn process_batch(&mut self, batch: Vec<In>) -> Result<(), TaskError> {
+    fn process_batch(&mut self, batch: Batch<In>) -> Result<(), TaskError> {
         self.metrics.add_records_in(batch.len());
+        let (records, timestamps) = batch.into_parts();
         self.guarded("processing a record", |op, out| {
-            op.process_batch(batch, out)
+            out.set_input_timestamps(timestamps);
+            let result = op.process_batch(records, out);
+            out.set_input_timestamps(None);
+            result
         })?;
         self.forward()
     }
@@ -308,7 +313,7 @@ impl<T: Data> ChainStage<T> for NullStage {
     fn open(&mut self) -> Result<(), TaskError> {
         Ok(())
     }
-    fn process_batch(&mut self, _batch: Vec<T>) -> Result<(), TaskError> {
+    fn process_batch(&mut self, _batch: Batch<T>) -> Result<(), TaskError> {
         Ok(())
     }
     fn process_watermark(&mut self, _w: Watermark) -> Result<(), TaskError> {
@@ -371,7 +376,7 @@ impl<T: Data> ChainStage<T> for TeeStage<T> {
     fn open(&mut self) -> Result<(), TaskError> {
         self.nexts.iter_mut().try_for_each(|n| n.open())
     }
-    fn process_batch(&mut self, batch: Vec<T>) -> Result<(), TaskError> {
+    fn process_batch(&mut self, batch: Batch<T>) -> Result<(), TaskError> {
         let (last, rest) = match self.nexts.split_last_mut() {
             Some(x) => x,
             None => return Ok(()),

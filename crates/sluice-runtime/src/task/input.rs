@@ -6,8 +6,8 @@ use crate::operator::OperatorContext;
 use crate::state::OperatorState;
 use crate::task::chain::failure;
 use sluice_core::{
-    CheckpointBarrier, CheckpointId, NodeId, SubtaskIndex, UserError, Watermark, WatermarkStatus,
-    panic_message,
+    Batch, CheckpointBarrier, CheckpointId, NodeId, SubtaskIndex, UserError, Watermark,
+    WatermarkStatus, panic_message,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 /// The next thing a task's input delivers.
 #[derive(Debug)]
 pub(crate) enum InputEvent<T> {
-    Records(Vec<T>),
+    Records(Batch<T>),
     Watermark(Watermark),
     Status(WatermarkStatus),
     /// Barrier alignment finished: snapshot now.
@@ -128,7 +128,7 @@ impl<T: Send + 'static> TaskInput<T> for SourceInput<T> {
                 match polled {
                     Ok(Poll::Ready(Ok(Some(batch)))) => {
                         self.metrics.add_records_out(batch.len());
-                        Poll::Ready(Ok(InputEvent::Records(batch)))
+                        Poll::Ready(Ok(InputEvent::Records(Batch::new(batch))))
                     }
                     Ok(Poll::Ready(Ok(None))) => {
                         self.state = SourceState::SendMaxWatermark;

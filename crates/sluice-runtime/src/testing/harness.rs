@@ -247,9 +247,35 @@ impl<In: Data, Op: Operator<In>> OperatorTestHarness<In, Op> {
         self.drain(result)
     }
 
+    /// Feeds one batch of records with their event times (one per record), as a batch behind a
+    /// timestamp assigner arrives.
+    ///
+    /// # Panics
+    /// When the two lengths differ.
+    pub fn process_timed_batch(
+        &mut self,
+        batch: Vec<In>,
+        timestamps: Vec<i64>,
+    ) -> Result<(), UserError> {
+        assert_eq!(batch.len(), timestamps.len(), "one timestamp per record");
+        self.open()?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.collector.set_input_timestamps(Some(timestamps));
+        let result = self.op.process_batch(batch, &mut self.collector);
+        self.collector.set_input_timestamps(None);
+        self.drain(result)
+    }
+
     /// Feeds one record, as a batch of one.
     pub fn process_record(&mut self, record: In) -> Result<(), UserError> {
         self.process_batch(vec![record])
+    }
+
+    /// Feeds one record with its event time, as a batch of one.
+    pub fn process_record_at(&mut self, record: In, timestamp: i64) -> Result<(), UserError> {
+        self.process_timed_batch(vec![record], vec![timestamp])
     }
 
     /// Feeds a watermark.
@@ -359,7 +385,24 @@ impl<In: Data, Op: Operator<In>> OperatorTestHarness<In, Op> {
         self.output
             .iter()
             .filter_map(|e| match e {
-                StreamElement::Records(r) => Some(r.iter().cloned()),
+                StreamElement::Records(r) => Some(r.records().iter().cloned()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    /// The records emitted so far with their event times (`None` for a record without one), in
+    /// order.
+    pub fn timed_records(&self) -> Vec<(Op::Out, Option<i64>)> {
+        self.output
+            .iter()
+            .filter_map(|e| match e {
+                StreamElement::Records(r) => Some(
+                    r.iter_timed()
+                        .map(|(r, t)| (r.clone(), t))
+                        .collect::<Vec<_>>(),
+                ),
                 _ => None,
             })
             .flatten()

@@ -234,7 +234,7 @@ impl<T: Data> Operator<T> for FailureInjector {
                 self.fail("while processing records");
             }
         }
-        out.emit_batch(batch);
+        out.forward_batch(batch);
         Ok(())
     }
 
@@ -413,7 +413,7 @@ impl Operator<(u64, u64)> for CountingPassThrough {
         for r in &batch {
             self.counter.count(r.0);
         }
-        out.emit_batch(batch);
+        out.forward_batch(batch);
         Ok(())
     }
 

@@ -166,7 +166,7 @@ impl<T: Data> Operator<T> for PassThrough {
 
     fn process_batch(&mut self, batch: Vec<T>, out: &mut Collector<T>) -> Result<(), UserError> {
         let n = batch.len();
-        out.emit_batch(batch);
+        out.forward_batch(batch);
         self.call(&self.on_batch, n)
     }
 

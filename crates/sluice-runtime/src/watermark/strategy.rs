@@ -13,7 +13,9 @@ type TimestampFn<T> = Arc<dyn Fn(&T) -> i64 + Send + Sync>;
 
 /// How watermarks are generated for a stream.
 ///
-/// The watermark trails the highest timestamp seen so far by the out-of-orderness bound (minus one
+/// The strategy's timestamp function gives each record its event time, which travels with the
+/// record from the assigner on (timers, windows and process functions read it). The watermark
+/// trails the highest timestamp seen so far by the out-of-orderness bound (minus one
 /// millisecond, as in Flink: a record exactly `bound` late is still on time). It is emitted after
 /// every batch in which it advanced. With an idleness timeout, a subtask that sees no record for
 /// that long marks its output idle, so downstream tasks stop waiting for it; its next record makes
@@ -94,7 +96,8 @@ impl<T: Data> WatermarkStrategy<T> {
     }
 }
 
-/// Applies a [`WatermarkStrategy`]: passes records through and emits watermarks after them.
+/// Applies a [`WatermarkStrategy`]: stamps each record with its event time (the batch's timestamp
+/// column), passes the records on and emits watermarks after them.
 pub(crate) struct WatermarkAssigner<T> {
     strategy: WatermarkStrategy<T>,
     max_timestamp: i64,
@@ -140,11 +143,13 @@ impl<T: Data> Operator<T> for WatermarkAssigner<T> {
             self.idle = false;
             out.emit_status(WatermarkStatus::Active);
         }
-        let ts = &self.strategy.timestamp;
-        if let Some(m) = batch.iter().map(|r| ts(r)).max() {
+        let assign = &self.strategy.timestamp;
+        let timestamps: Vec<i64> = batch.iter().map(|r| assign(r)).collect();
+        if let Some(&m) = timestamps.iter().max() {
             self.max_timestamp = self.max_timestamp.max(m);
         }
-        out.emit_batch(batch);
+        // The records carry their event time from here on, as Flink's `StreamRecord`s do.
+        out.emit_batch_at(batch, Some(timestamps));
         let bound = i64::try_from(self.strategy.bound.as_millis()).unwrap_or(i64::MAX);
         let candidate = Watermark::new(self.max_timestamp.saturating_sub(bound).saturating_sub(1));
         if candidate > self.emitted && self.max_timestamp != i64::MIN {

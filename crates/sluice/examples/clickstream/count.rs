@@ -96,3 +96,35 @@ impl Operator<EnrichedClick> for CountPerUser {
         Ok(())
     }
 }
+
+/// One line of the per-minute output: a user's clicks in one minute of event time.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClicksPerMinute {
+    /// Who clicked.
+    pub user: u64,
+    /// The minute's first millisecond, since the Unix epoch.
+    pub minute_ms: i64,
+    /// The user's clicks in that minute.
+    pub clicks: u64,
+}
+
+/// Counts the clicks of a window: an accumulator per (user, minute), never the clicks.
+#[derive(Clone)]
+pub struct CountClicks;
+
+impl sluice::window::AggregateFunction<EnrichedClick> for CountClicks {
+    type Acc = u64;
+    type Out = u64;
+    fn create_accumulator(&self) -> u64 {
+        0
+    }
+    fn add(&self, _click: EnrichedClick, acc: &mut u64) {
+        *acc += 1;
+    }
+    fn get_result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+    fn merge(&self, a: u64, b: u64) -> u64 {
+        a + b
+    }
+}

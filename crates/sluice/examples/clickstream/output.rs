@@ -11,6 +11,15 @@ use std::path::{Path, PathBuf};
 
 /// The prefix of the sink's files.
 pub const FILE_PREFIX: &str = "clickstream";
+/// The prefix of the per-minute sink's files.
+pub const MINUTES_PREFIX: &str = "minutes";
+/// The per-minute output's directory, inside the output directory.
+const MINUTES_DIR: &str = "per-minute";
+
+/// Where the per-minute counts go.
+pub fn minutes_dir(output: &Path) -> PathBuf {
+    output.join(MINUTES_DIR)
+}
 /// The note of the settings a restore must keep (hidden: readers of the output skip it).
 const RUN_NOTE: &str = ".clickstream-run";
 
@@ -64,24 +73,31 @@ pub struct RunSettings {
 /// Creates `dir` for a fresh run: removes the output files of earlier runs (and nothing else)
 /// and notes `settings`.
 pub fn start_fresh(dir: &Path, settings: RunSettings) -> Result<(), OutputError> {
-    fs::create_dir_all(dir).map_err(io_error("create directory", dir))?;
-    for entry in fs::read_dir(dir).map_err(io_error("list", dir))? {
-        let entry = entry.map_err(io_error("list", dir))?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let ours = name.trim_start_matches('.').starts_with(FILE_PREFIX)
-            && (name.ends_with(".jsonl") || name.ends_with(".jsonl.inprogress"));
-        if ours || name == RUN_NOTE {
-            let path = entry.path();
-            fs::remove_file(&path).map_err(io_error("remove", &path))?;
-        }
-    }
+    remove_outputs(dir, FILE_PREFIX)?;
+    remove_outputs(&minutes_dir(dir), MINUTES_PREFIX)?;
     let note = dir.join(RUN_NOTE);
     let text = format!(
         "events {}\nparallelism {}\n",
         settings.events, settings.parallelism
     );
     fs::write(&note, text).map_err(io_error("write", &note))
+}
+
+/// Creates `dir` and removes the sink files with `prefix` (and the run note) from it.
+fn remove_outputs(dir: &Path, prefix: &str) -> Result<(), OutputError> {
+    fs::create_dir_all(dir).map_err(io_error("create directory", dir))?;
+    for entry in fs::read_dir(dir).map_err(io_error("list", dir))? {
+        let entry = entry.map_err(io_error("list", dir))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let ours = name.trim_start_matches('.').starts_with(prefix)
+            && (name.ends_with(".jsonl") || name.ends_with(".jsonl.inprogress"));
+        if ours || name == RUN_NOTE {
+            let path = entry.path();
+            fs::remove_file(&path).map_err(io_error("remove", &path))?;
+        }
+    }
+    Ok(())
 }
 
 /// The settings noted by the run that wrote to `dir`.
@@ -187,6 +203,60 @@ pub fn verify(dir: &Path, expected: &Expected) -> Result<Verdict, OutputError> {
         users: committed.len(),
         expected: expected.passed(),
         top,
+    })
+}
+
+/// The per-minute output, checked against the clicks that passed the filters.
+#[derive(Debug)]
+pub struct MinutesVerdict {
+    /// (user, minute) counts committed.
+    pub windows: u64,
+    /// (user, minute) pairs committed more than once.
+    pub duplicates: u64,
+    /// Users whose minutes do not add up to their clicks.
+    pub wrong_users: usize,
+}
+
+impl MinutesVerdict {
+    /// Every window once, and every user's minutes add up to the user's clicks.
+    pub fn exact(&self) -> bool {
+        self.duplicates == 0 && self.wrong_users == 0
+    }
+}
+
+#[derive(Deserialize)]
+struct MinuteLine {
+    user: u64,
+    minute_ms: i64,
+    clicks: u64,
+}
+
+/// Reads the per-minute counts committed under `dir` and checks them against `expected`.
+pub fn verify_minutes(dir: &Path, expected: &Expected) -> Result<MinutesVerdict, OutputError> {
+    let lines: Vec<MinuteLine> = read_committed(&minutes_dir(dir))?;
+    let mut seen = std::collections::HashSet::new();
+    let mut duplicates = 0;
+    let mut per_user: FxHashMap<u64, u64> = FxHashMap::default();
+    for l in &lines {
+        if seen.insert((l.user, l.minute_ms)) {
+            *per_user.entry(l.user).or_insert(0) += l.clicks;
+        } else {
+            duplicates += 1;
+        }
+    }
+    let wrong = expected
+        .per_user
+        .iter()
+        .filter(|&(user, &want)| per_user.get(user) != Some(&want))
+        .count()
+        + per_user
+            .keys()
+            .filter(|u| !expected.per_user.contains_key(u))
+            .count();
+    Ok(MinutesVerdict {
+        windows: lines.len() as u64,
+        duplicates,
+        wrong_users: wrong,
     })
 }
 

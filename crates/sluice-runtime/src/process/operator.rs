@@ -1,0 +1,161 @@
+//! [`KeyedProcessOperator`]: runs a [`KeyedProcessFunction`] after `key_by`, with its per-key
+//! state and timers.
+
+use super::function::{Context, KeyedProcessFunction, StateKey};
+use super::output::Tagged;
+use super::timed::TimedOperator;
+use crate::operator::{Collector, Operator, OperatorContext};
+use crate::state::{OperatorState, ValueState};
+use crate::timer::{InternalTimers, ProcessingClock, TimeDomain, Timer};
+use sluice_core::{CheckpointId, Data, NO_TIMESTAMP, UserError, Watermark};
+use std::marker::PhantomData;
+use std::task::Poll;
+
+/// The operator behind `KeyedStream::process_keyed`. For each record it extracts the key and
+/// calls the function; on a watermark it first fires the event-time timers the watermark
+/// passed (in timestamp order, each with its own key current), then forwards the watermark; its
+/// `poll_pending` fires processing-time timers when tokio's clock reaches them. Per-key state and
+/// timers are checkpointed as keyed state, by key group.
+pub struct KeyedProcessOperator<In, K, KF, P: KeyedProcessFunction<K, In>> {
+    func: P,
+    key_fn: KF,
+    state: ValueState<K, P::State>,
+    timers: InternalTimers<K, ()>,
+    max_parallelism: usize,
+    _in: PhantomData<fn(In)>,
+}
+
+impl<In, K, KF, P> Clone for KeyedProcessOperator<In, K, KF, P>
+where
+    K: StateKey,
+    KF: Clone,
+    P: KeyedProcessFunction<K, In>,
+{
+    /// A fresh instance: the same function, no state, no timers.
+    fn clone(&self) -> Self {
+        Self::new(self.func.clone(), self.key_fn.clone())
+    }
+}
+
+impl<In, K, KF, P> KeyedProcessOperator<In, K, KF, P>
+where
+    K: StateKey,
+    P: KeyedProcessFunction<K, In>,
+{
+    /// Runs `func` on records keyed by `key_fn` (the same function as the `key_by` before it).
+    pub fn new(func: P, key_fn: KF) -> Self {
+        KeyedProcessOperator {
+            func,
+            key_fn,
+            state: ValueState::new("_process/state"),
+            timers: InternalTimers::new("process"),
+            max_parallelism: crate::DEFAULT_MAX_PARALLELISM,
+            _in: PhantomData,
+        }
+    }
+}
+
+impl<In, K, KF, P> TimedOperator<K, (), Tagged<P::Out>> for KeyedProcessOperator<In, K, KF, P>
+where
+    K: StateKey,
+    P: KeyedProcessFunction<K, In>,
+{
+    fn timers(&mut self) -> &mut InternalTimers<K, ()> {
+        &mut self.timers
+    }
+
+    fn on_timer(
+        &mut self,
+        timer: Timer<K, ()>,
+        out: &mut Collector<Tagged<P::Out>>,
+    ) -> Result<(), UserError> {
+        let timestamp = match timer.domain {
+            TimeDomain::EventTime => Some(timer.timestamp),
+            TimeDomain::ProcessingTime => None,
+        };
+        let mut ctx = Context {
+            key: &timer.key,
+            timestamp,
+            domain: Some(timer.domain),
+            state: &mut self.state,
+            timers: &mut self.timers,
+            out,
+        };
+        self.func.on_timer(timer.timestamp, &mut ctx)
+    }
+}
+
+impl<In, K, KF, P> Operator<In> for KeyedProcessOperator<In, K, KF, P>
+where
+    In: Data,
+    K: StateKey,
+    KF: Fn(&In) -> K + Clone + Send + 'static,
+    P: KeyedProcessFunction<K, In>,
+{
+    type Out = Tagged<P::Out>;
+
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.max_parallelism = ctx.max_parallelism();
+        self.timers.set_clock(ProcessingClock::new());
+        self.func.open(ctx)
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: Vec<In>,
+        out: &mut Collector<Self::Out>,
+    ) -> Result<(), UserError> {
+        let timestamps = out.take_input_timestamps();
+        for (i, record) in batch.into_iter().enumerate() {
+            let key = (self.key_fn)(&record);
+            let timestamp = timestamps
+                .as_ref()
+                .map(|ts| ts[i])
+                .filter(|t| *t != NO_TIMESTAMP);
+            let mut ctx = Context {
+                key: &key,
+                timestamp,
+                domain: None,
+                state: &mut self.state,
+                timers: &mut self.timers,
+                out,
+            };
+            self.func.process_element(record, &mut ctx)?;
+        }
+        Ok(())
+    }
+
+    fn process_watermark(
+        &mut self,
+        watermark: Watermark,
+        out: &mut Collector<Self::Out>,
+    ) -> Result<(), UserError> {
+        self.fire_event_timers(watermark, out)
+    }
+
+    fn poll_pending(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        out: &mut Collector<Self::Out>,
+    ) -> Poll<Result<(), UserError>> {
+        self.fire_processing_timers(cx, out)
+    }
+
+    fn snapshot_state(
+        &mut self,
+        _checkpoint: CheckpointId,
+        _out: &mut Collector<Self::Out>,
+    ) -> Result<OperatorState, UserError> {
+        let mut state = OperatorState::default();
+        self.state.snapshot_into(self.max_parallelism, &mut state)?;
+        self.timers
+            .snapshot_into(self.max_parallelism, &mut state)?;
+        Ok(state)
+    }
+
+    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
+        self.state.restore_from(&state)?;
+        self.timers.restore_from(&state)?;
+        Ok(())
+    }
+}

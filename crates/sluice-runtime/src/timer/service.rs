@@ -1,0 +1,332 @@
+//! [`InternalTimers`]: both time domains of one keyed operator subtask, their checkpointed form,
+//! and the tokio timer behind processing time.
+
+use super::{ProcessingClock, TimerQueue};
+use crate::key_groups::key_group;
+use crate::state::{KeyGroupEntry, OperatorState};
+use rustc_hash::FxHashMap;
+use serde::{Serialize, de::DeserializeOwned};
+use sluice_core::Watermark;
+use sluice_core::codec::{self, CodecError};
+use std::future::Future;
+use std::hash::Hash;
+use std::pin::Pin;
+use std::task::Context;
+use tokio::time::Sleep;
+
+/// Which clock a timer follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum TimeDomain {
+    /// Fires when the watermark reaches the timer's timestamp.
+    EventTime,
+    /// Fires when the processing clock reaches the timer's timestamp.
+    ProcessingTime,
+}
+
+/// A timer that fired.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timer<K, N> {
+    /// The key it was registered for.
+    pub key: K,
+    /// Its namespace (the window, for window operators).
+    pub namespace: N,
+    /// Its timestamp, in milliseconds.
+    pub timestamp: i64,
+    /// Its time domain.
+    pub domain: TimeDomain,
+}
+
+/// The event-time and processing-time timers of one keyed operator subtask, with the current
+/// watermark and processing clock.
+///
+/// The operator calls [`advance_watermark`](Self::advance_watermark) and then pops due timers
+/// one at a time with [`pop_event_timer`](Self::pop_event_timer), so a timer registered by a
+/// callback for a time already passed fires in the same round, as Flink's does. For processing
+/// time, [`poll_processing`](Self::poll_processing) arms one tokio timer for the earliest
+/// processing-time timer and reports when it is due; then
+/// [`pop_processing_timer`](Self::pop_processing_timer) hands out the due ones.
+///
+/// ```
+/// use sluice_core::Watermark;
+/// use sluice_runtime::timer::{InternalTimers, TimeDomain};
+///
+/// let mut timers: InternalTimers<String, ()> = InternalTimers::new("t");
+/// timers.register_event_time_timer("a".into(), (), 10);
+/// timers.register_event_time_timer("a".into(), (), 10);
+/// timers.advance_watermark(Watermark::new(10));
+/// let t = timers.pop_event_timer().unwrap();
+/// assert_eq!((t.key.as_str(), t.timestamp, t.domain), ("a", 10, TimeDomain::EventTime));
+/// assert!(timers.pop_event_timer().is_none());
+/// ```
+pub struct InternalTimers<K, N> {
+    name: String,
+    event: TimerQueue<K, N>,
+    processing: TimerQueue<K, N>,
+    watermark: i64,
+    clock: ProcessingClock,
+    sleep: Option<Pin<Box<Sleep>>>,
+    armed_for: Option<i64>,
+}
+
+impl<K, N> std::fmt::Debug for InternalTimers<K, N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InternalTimers")
+            .field("name", &self.name)
+            .field("event_timers", &self.event.len())
+            .field("processing_timers", &self.processing.len())
+            .field("watermark", &self.watermark)
+            .finish()
+    }
+}
+
+impl<K, N> InternalTimers<K, N>
+where
+    K: Hash + Eq + Clone,
+    N: Hash + Eq + Clone,
+{
+    /// An empty timer service named `name` (unique within its operator).
+    pub fn new(name: &str) -> Self {
+        InternalTimers {
+            name: name.to_string(),
+            event: TimerQueue::default(),
+            processing: TimerQueue::default(),
+            watermark: i64::MIN,
+            clock: ProcessingClock::new(),
+            sleep: None,
+            armed_for: None,
+        }
+    }
+
+    /// Replaces the processing clock (at `open`, or a fixed clock in tests).
+    pub fn set_clock(&mut self, clock: ProcessingClock) {
+        self.clock = clock;
+        self.sleep = None;
+        self.armed_for = None;
+    }
+
+    /// The current watermark (`i64::MIN` before the first).
+    pub fn current_watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    /// Processing time now, in milliseconds.
+    pub fn current_processing_time(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Registers an event-time timer (a no-op if it exists).
+    pub fn register_event_time_timer(&mut self, key: K, namespace: N, timestamp: i64) -> bool {
+        self.event.register(key, namespace, timestamp)
+    }
+
+    /// Registers an event-time timer the caller knows is new and will never delete (see
+    /// [`TimerQueue::register_unique`]).
+    pub fn register_unique_event_time_timer(&mut self, key: K, namespace: N, timestamp: i64) {
+        self.event.register_unique(key, namespace, timestamp);
+    }
+
+    /// Registers a processing-time timer the caller knows is new and will never delete.
+    pub fn register_unique_processing_time_timer(&mut self, key: K, namespace: N, timestamp: i64) {
+        self.processing.register_unique(key, namespace, timestamp);
+    }
+
+    /// Deletes an event-time timer (a no-op if it does not exist).
+    pub fn delete_event_time_timer(&mut self, key: &K, namespace: &N, timestamp: i64) -> bool {
+        self.event.delete(key, namespace, timestamp)
+    }
+
+    /// Registers a processing-time timer (a no-op if it exists).
+    pub fn register_processing_time_timer(&mut self, key: K, namespace: N, timestamp: i64) -> bool {
+        self.processing.register(key, namespace, timestamp)
+    }
+
+    /// Deletes a processing-time timer (a no-op if it does not exist).
+    pub fn delete_processing_time_timer(&mut self, key: &K, namespace: &N, timestamp: i64) -> bool {
+        self.processing.delete(key, namespace, timestamp)
+    }
+
+    /// The event-time timers, in firing order.
+    pub fn event_timers(&self) -> &TimerQueue<K, N> {
+        &self.event
+    }
+
+    /// The processing-time timers, in firing order.
+    pub fn processing_timers(&self) -> &TimerQueue<K, N> {
+        &self.processing
+    }
+
+    /// Event time advanced to `watermark` (an older one is ignored).
+    pub fn advance_watermark(&mut self, watermark: Watermark) {
+        self.watermark = self.watermark.max(watermark.timestamp());
+    }
+
+    /// The earliest event-time timer the watermark passed, removed.
+    pub fn pop_event_timer(&mut self) -> Option<Timer<K, N>> {
+        let (key, namespace, timestamp) = self.event.pop_due(self.watermark)?;
+        Some(Timer {
+            key,
+            namespace,
+            timestamp,
+            domain: TimeDomain::EventTime,
+        })
+    }
+
+    /// The earliest processing-time timer at or before `now`, removed.
+    pub fn pop_processing_timer(&mut self, now: i64) -> Option<Timer<K, N>> {
+        let (key, namespace, timestamp) = self.processing.pop_due(now)?;
+        Some(Timer {
+            key,
+            namespace,
+            timestamp,
+            domain: TimeDomain::ProcessingTime,
+        })
+    }
+
+    /// Arms the tokio timer for the earliest processing-time timer and returns processing time
+    /// now if that timer is due; otherwise `None`, with `cx`'s waker registered for when it will
+    /// be.
+    pub fn poll_processing(&mut self, cx: &mut Context<'_>) -> Option<i64> {
+        let earliest = self.processing.peek_time()?;
+        let now = self.clock.now_ms();
+        if earliest <= now {
+            return Some(now);
+        }
+        if self.armed_for != Some(earliest) {
+            let at = self.clock.instant_at(earliest);
+            match &mut self.sleep {
+                Some(s) => s.as_mut().reset(at),
+                None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
+            }
+            self.armed_for = Some(earliest);
+        }
+        let sleep = self.sleep.as_mut()?;
+        if sleep.as_mut().poll(cx).is_ready() {
+            self.armed_for = None;
+            // tokio's timer has millisecond granularity: read the clock again.
+            let now = self.clock.now_ms().max(earliest);
+            return Some(now);
+        }
+        None
+    }
+
+    /// Whether any timer is registered.
+    pub fn is_empty(&self) -> bool {
+        self.event.is_empty() && self.processing.is_empty()
+    }
+
+    fn state_name(&self) -> String {
+        format!("_timers/{}", self.name)
+    }
+}
+
+impl<K, N> InternalTimers<K, N>
+where
+    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
+    N: Hash + Eq + Clone + Serialize + DeserializeOwned,
+{
+    /// Writes every timer as keyed state: one entry per key group, holding (domain, key,
+    /// namespace, timestamp) in firing order.
+    pub fn snapshot_into(
+        &self,
+        max_parallelism: usize,
+        state: &mut OperatorState,
+    ) -> Result<(), CodecError> {
+        type Stored<'a, K, N> = (TimeDomain, &'a K, &'a N, i64);
+        let mut groups: FxHashMap<usize, Vec<Stored<'_, K, N>>> = FxHashMap::default();
+        for (domain, queue) in [
+            (TimeDomain::EventTime, &self.event),
+            (TimeDomain::ProcessingTime, &self.processing),
+        ] {
+            for (k, n, t) in queue.iter() {
+                groups
+                    .entry(key_group(k, max_parallelism))
+                    .or_default()
+                    .push((domain, k, n, t));
+            }
+        }
+        let name = self.state_name();
+        let mut groups: Vec<_> = groups.into_iter().collect();
+        groups.sort_unstable_by_key(|(g, _)| *g);
+        for (g, timers) in groups {
+            state.push_keyed(KeyGroupEntry {
+                state: name.clone(),
+                key_group: g as u32,
+                data: codec::encode(&timers)?,
+            });
+        }
+        Ok(())
+    }
+
+    /// Adds the timers of this service's entries in `state` (the key groups dealt to this
+    /// subtask).
+    pub fn restore_from(&mut self, state: &OperatorState) -> Result<(), CodecError> {
+        let name = self.state_name();
+        for e in state.keyed_entries().iter().filter(|e| e.state == name) {
+            let timers: Vec<(TimeDomain, K, N, i64)> = codec::decode(&e.data)?;
+            for (domain, k, n, t) in timers {
+                match domain {
+                    TimeDomain::EventTime => self.event.register(k, n, t),
+                    TimeDomain::ProcessingTime => self.processing.register(k, n, t),
+                };
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key_groups::subtask_for_key_group;
+    use crate::state::redistribute;
+
+    #[test]
+    fn timers_follow_their_keys_when_rescaled_from_2_to_3() {
+        let maxp = 128;
+        let mut old = Vec::new();
+        for s in 0..2 {
+            let mut timers: InternalTimers<u64, u8> = InternalTimers::new("w");
+            for k in 0..300u64 {
+                if subtask_for_key_group(key_group(&k, maxp), maxp, 2) == s {
+                    timers.register_event_time_timer(k, 1, k as i64);
+                    timers.register_processing_time_timer(k, 2, 1_000 + k as i64);
+                }
+            }
+            let mut snap = OperatorState::default();
+            timers.snapshot_into(maxp, &mut snap).unwrap();
+            old.push(snap);
+        }
+        let mut seen = 0;
+        for (s, snap) in redistribute(old, 3, maxp).iter().enumerate() {
+            let mut timers: InternalTimers<u64, u8> = InternalTimers::new("w");
+            timers.restore_from(snap).unwrap();
+            for (k, n, t) in timers.event_timers().iter() {
+                assert_eq!((*n, t), (1, *k as i64));
+                assert_eq!(subtask_for_key_group(key_group(k, maxp), maxp, 3), s);
+                assert!(
+                    timers
+                        .processing_timers()
+                        .contains(k, &2, 1_000 + *k as i64)
+                );
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 300);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_processing_time_timer_is_due_when_the_paused_clock_reaches_it() {
+        let mut timers: InternalTimers<u8, ()> = InternalTimers::new("p");
+        timers.set_clock(ProcessingClock::starting_at(0));
+        timers.register_processing_time_timer(1, (), 50);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert_eq!(timers.poll_processing(&mut cx), None);
+        tokio::time::advance(std::time::Duration::from_millis(49)).await;
+        assert_eq!(timers.poll_processing(&mut cx), None);
+        tokio::time::advance(std::time::Duration::from_millis(1)).await;
+        let now = timers.poll_processing(&mut cx).unwrap();
+        assert_eq!(now, 50);
+        assert_eq!(timers.pop_processing_timer(now).map(|t| t.key), Some(1));
+        assert_eq!(timers.poll_processing(&mut cx), None);
+    }
+}

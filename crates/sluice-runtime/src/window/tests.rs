@@ -1,0 +1,366 @@
+//! The window operator against a sequential model (a `BTreeMap` of windows that applies
+//! Flink's rules one event at a time): tumbling, sliding and session windows, with out-of-order
+//! records, random watermarks and allowed lateness give the same results and the same late
+//! records after every input event. Plus checkpoints, processing time and cleanup.
+
+use super::*;
+use crate::operator::{Collector, Operator, OperatorContext};
+use crate::process::{OutputTag, Tagged};
+use proptest::prelude::*;
+use sluice_core::{StreamElement, Watermark};
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+type Rec = (u8, i64);
+/// (key, window start, window end, count, sum of timestamps)
+type Out = (u8, i64, i64, u64, i64);
+
+#[derive(Clone, Debug)]
+enum Ev {
+    Rec(u8, i64),
+    Wm(i64),
+}
+
+#[derive(Clone)]
+struct CountSum;
+impl AggregateFunction<Rec> for CountSum {
+    type Acc = (u64, i64);
+    type Out = (u64, i64);
+    fn create_accumulator(&self) -> (u64, i64) {
+        (0, 0)
+    }
+    fn add(&self, v: Rec, acc: &mut (u64, i64)) {
+        acc.0 += 1;
+        acc.1 += v.1;
+    }
+    fn get_result(&self, acc: &(u64, i64)) -> (u64, i64) {
+        *acc
+    }
+    fn merge(&self, a: (u64, i64), b: (u64, i64)) -> (u64, i64) {
+        (a.0 + b.0, a.1 + b.1)
+    }
+}
+
+type WithWindow = fn(&u8, &TimeWindow, (u64, i64)) -> Out;
+fn with_window(k: &u8, w: &TimeWindow, (n, s): (u64, i64)) -> Out {
+    (*k, w.start, w.end, n, s)
+}
+
+type TestOperator = WindowOperator<Rec, u8, fn(&Rec) -> u8, Aggregate<CountSum, WithWindow, Out>>;
+
+fn operator(assigner: WindowAssigner, lateness: i64) -> TestOperator {
+    operator_with(
+        assigner,
+        lateness,
+        Some(OutputTag::new("late")),
+        LateRecordsDropped::default(),
+    )
+}
+
+fn operator_with(
+    assigner: WindowAssigner,
+    lateness: i64,
+    late_tag: Option<OutputTag<Rec>>,
+    late_dropped: LateRecordsDropped,
+) -> TestOperator {
+    let spec = WindowSpec {
+        assigner,
+        allowed_lateness: lateness,
+        late_tag,
+        late_dropped,
+    };
+    let key: fn(&Rec) -> u8 = |r| r.0;
+    WindowOperator::new(
+        spec,
+        Aggregate {
+            agg: CountSum,
+            with_window: with_window as WithWindow,
+            _r: PhantomData,
+        },
+        key,
+    )
+}
+
+/// Runs the events through the operator; per event, the sorted results and late records.
+fn run_operator(
+    mut op: impl Operator<Rec, Out = Tagged<Out>>,
+    events: &[Ev],
+) -> Vec<(Vec<Out>, Vec<Rec>)> {
+    op.open(&OperatorContext::for_test("window", 0, 1)).unwrap();
+    run_operator_on(&mut op, events)
+}
+
+fn run_operator_on(
+    op: &mut impl Operator<Rec, Out = Tagged<Out>>,
+    events: &[Ev],
+) -> Vec<(Vec<Out>, Vec<Rec>)> {
+    let late = OutputTag::<Rec>::new("late");
+    let mut c = Collector::new();
+    let mut steps = Vec::new();
+    for e in events {
+        match *e {
+            Ev::Rec(k, t) => {
+                c.set_input_timestamps(Some(vec![t]));
+                op.process_batch(vec![(k, t)], &mut c).unwrap();
+            }
+            Ev::Wm(w) => op.process_watermark(Watermark::new(w), &mut c).unwrap(),
+        }
+        let (mut outs, mut lates) = (Vec::new(), Vec::new());
+        for el in c.take_elements() {
+            if let StreamElement::Records(b) = el {
+                for (r, ts) in b.iter_timed() {
+                    match r.clone() {
+                        Tagged::Main(o) => {
+                            assert_eq!(ts, Some(o.2 - 1), "a result carries max_timestamp");
+                            outs.push(o);
+                        }
+                        side => lates.extend(side.into_side(&late)),
+                    }
+                }
+            }
+        }
+        outs.sort();
+        lates.sort();
+        steps.push((outs, lates));
+    }
+    steps
+}
+
+/// One window of the model.
+#[derive(Clone, Debug)]
+struct MWin {
+    count: u64,
+    sum: i64,
+    /// Its trigger timer at `max_timestamp` is registered.
+    pending: bool,
+}
+
+/// Flink's rules, one event at a time, over a `BTreeMap` of (key, window).
+fn run_model(assigner: WindowAssigner, lateness: i64, events: &[Ev]) -> Vec<(Vec<Out>, Vec<Rec>)> {
+    let mut wins: BTreeMap<(u8, TimeWindow), MWin> = BTreeMap::new();
+    let mut wm = i64::MIN;
+    let cleanup = |w: &TimeWindow| w.max_timestamp().checked_add(lateness).unwrap_or(i64::MAX);
+    let out = |k: u8, w: &TimeWindow, m: &MWin| (k, w.start, w.end, m.count, m.sum);
+    let mut steps = Vec::new();
+    for e in events {
+        let (mut outs, mut lates) = (Vec::new(), Vec::new());
+        match *e {
+            Ev::Rec(k, t) => {
+                let mut assigned = Vec::new();
+                assigner.assign(t, &mut assigned);
+                let mut targets = Vec::new();
+                if assigner.is_merging() {
+                    let w = assigned[0];
+                    let touching: Vec<TimeWindow> = wins
+                        .keys()
+                        .filter(|(kk, x)| *kk == k && x.intersects(&w))
+                        .map(|(_, x)| *x)
+                        .collect();
+                    let contained = touching.len() == 1
+                        && touching[0].start <= w.start
+                        && touching[0].end >= w.end;
+                    if touching.is_empty() || contained {
+                        targets.push(touching.first().copied().unwrap_or(w));
+                    } else {
+                        let cover = touching.iter().fold(w, |c, x| c.cover(x));
+                        let mut merged = MWin {
+                            count: 0,
+                            sum: 0,
+                            pending: cover.max_timestamp() > wm,
+                        };
+                        for x in touching {
+                            let m = wins.remove(&(k, x)).unwrap();
+                            merged.count += m.count;
+                            merged.sum += m.sum;
+                        }
+                        wins.insert((k, cover), merged);
+                        targets.push(cover);
+                    }
+                } else {
+                    targets = assigned;
+                }
+                targets.retain(|w| cleanup(w) > wm);
+                if targets.is_empty() && t.saturating_add(lateness) <= wm {
+                    lates.push((k, t));
+                }
+                for w in targets {
+                    let m = wins.entry((k, w)).or_insert(MWin {
+                        count: 0,
+                        sum: 0,
+                        pending: false,
+                    });
+                    m.count += 1;
+                    m.sum += t;
+                    if w.max_timestamp() <= wm {
+                        outs.push(out(k, &w, m));
+                    } else {
+                        m.pending = true;
+                    }
+                }
+            }
+            Ev::Wm(w) => {
+                wm = wm.max(w);
+                for ((k, win), m) in wins.iter_mut() {
+                    if m.pending && win.max_timestamp() <= wm {
+                        m.pending = false;
+                        outs.push(out(*k, win, m));
+                    }
+                }
+                wins.retain(|(_, win), _| cleanup(win) > wm);
+            }
+        }
+        outs.sort();
+        lates.sort();
+        steps.push((outs, lates));
+    }
+    steps
+}
+
+/// Records with out-of-order timestamps and watermarks that only grow (ending at the maximum).
+fn events() -> impl Strategy<Value = Vec<Ev>> {
+    prop::collection::vec((0u8..4, 0i64..300, 0u8..4), 1..120).prop_map(|raw| {
+        let mut wm = -1;
+        let mut evs = Vec::new();
+        for (k, t, wm_step) in raw {
+            evs.push(Ev::Rec(k % 3, t));
+            if wm_step == 0 {
+                wm += i64::from(k) * 15 + 1;
+                evs.push(Ev::Wm(wm));
+            }
+        }
+        evs.push(Ev::Wm(i64::MAX));
+        evs
+    })
+}
+
+fn lateness() -> impl Strategy<Value = i64> {
+    prop_oneof![Just(0i64), Just(7), Just(40)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn tumbling_windows_match_the_model(evs in events(), size in 5u64..60, lateness in lateness()) {
+        let a = TumblingEventTimeWindows::of(Duration::from_millis(size));
+        prop_assert_eq!(run_operator(operator(a, lateness), &evs), run_model(a, lateness, &evs));
+    }
+
+    #[test]
+    fn sliding_windows_match_the_model(
+        evs in events(), slide in 3u64..30, times in 1u64..4, extra in 0u64..3, lateness in lateness()
+    ) {
+        let a = SlidingEventTimeWindows::of(Duration::from_millis(slide * times + extra), Duration::from_millis(slide));
+        prop_assert_eq!(run_operator(operator(a, lateness), &evs), run_model(a, lateness, &evs));
+    }
+
+    #[test]
+    fn session_windows_match_the_model(evs in events(), gap in 1u64..40, lateness in lateness()) {
+        let a = EventTimeSessionWindows::with_gap(Duration::from_millis(gap));
+        prop_assert_eq!(run_operator(operator(a, lateness), &evs), run_model(a, lateness, &evs));
+    }
+
+    /// A snapshot at any point restored into a fresh operator continues exactly as the
+    /// original would have.
+    #[test]
+    fn a_restored_operator_continues_like_the_original(evs in events(), cut in 0usize..120, gap in 1u64..40) {
+        let a = EventTimeSessionWindows::with_gap(Duration::from_millis(gap));
+        let cut = cut.min(evs.len());
+        let whole = run_operator(operator(a, 7), &evs);
+        let mut first = operator(a, 7);
+        first.open(&OperatorContext::for_test("window", 0, 1)).unwrap();
+        let head = run_operator_on(&mut first, &evs[..cut]);
+        let mut c = Collector::new();
+        let state = first.snapshot_state(sluice_core::CheckpointId(1), &mut c).unwrap();
+        let mut second = operator(a, 7);
+        second.initialize_state(state).unwrap();
+        second.open(&OperatorContext::for_test("window", 0, 1)).unwrap();
+        // The restored operator has not seen the watermark yet: give it the last one first.
+        let last_wm = evs[..cut].iter().filter_map(|e| match e { Ev::Wm(w) => Some(*w), _ => None }).max();
+        if let Some(w) = last_wm {
+            let steps = run_operator_on(&mut second, &[Ev::Wm(w)]);
+            prop_assert_eq!(&steps[0], &(Vec::new(), Vec::new()), "nothing is due twice");
+        }
+        let tail = run_operator_on(&mut second, &evs[cut..]);
+        let mut both = head;
+        both.extend(tail);
+        prop_assert_eq!(both, whole);
+    }
+}
+
+#[test]
+fn nothing_of_a_window_outlives_its_cleanup_time_and_aggregation_keeps_no_records() {
+    let a = SlidingEventTimeWindows::of(Duration::from_millis(100), Duration::from_millis(10));
+    let mut op = operator(a, 50);
+    op.open(&OperatorContext::for_test("window", 0, 1)).unwrap();
+    let mut c = Collector::new();
+    for t in 0..10_000i64 {
+        c.set_input_timestamps(Some(vec![t % 90]));
+        op.process_batch(vec![(1, t % 90)], &mut c).unwrap();
+    }
+    let state = op
+        .snapshot_state(sluice_core::CheckpointId(1), &mut c)
+        .unwrap();
+    let contents: usize = state
+        .keyed_entries()
+        .iter()
+        .filter(|e| e.state == operator::CONTENTS_STATE)
+        .map(|e| e.data.len())
+        .sum();
+    assert!(
+        contents < 20 * 40,
+        "20 windows of one key keep an accumulator each, not 10,000 records: {contents} bytes"
+    );
+    // The last window holding 89 is [80, 180): max timestamp 179, cleanup at 179 + 50.
+    op.process_watermark(Watermark::new(228), &mut c).unwrap();
+    assert!(
+        !op.windows.is_empty(),
+        "the last window is within its lateness"
+    );
+    op.process_watermark(Watermark::new(229), &mut c).unwrap();
+    assert!(op.windows.is_empty() && op.timers.is_empty());
+}
+
+#[test]
+fn late_records_without_a_side_output_are_dropped_and_counted() {
+    let a = TumblingEventTimeWindows::of(Duration::from_millis(10));
+    let dropped = LateRecordsDropped::default();
+    let mut op = operator_with(a, 0, None, dropped.clone());
+    op.open(&OperatorContext::for_test("window", 0, 1)).unwrap();
+    let mut c = Collector::new();
+    op.process_watermark(Watermark::new(100), &mut c).unwrap();
+    c.set_input_timestamps(Some(vec![5, 95, 150]));
+    op.process_batch(vec![(1, 5), (1, 95), (1, 150)], &mut c)
+        .unwrap();
+    assert_eq!(dropped.get(), 2);
+    assert_eq!(op.windows.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn processing_time_windows_fire_when_the_paused_clock_passes_their_end() {
+    let a = TumblingProcessingTimeWindows::of(Duration::from_millis(1_000));
+    let mut op = operator(a, 0);
+    op.open(&OperatorContext::for_test("window", 0, 1)).unwrap();
+    let mut c = Collector::new();
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    op.process_batch(vec![(1, 0), (2, 0), (1, 0)], &mut c)
+        .unwrap();
+    assert!(op.poll_pending(&mut cx, &mut c).is_pending());
+    tokio::time::advance(Duration::from_millis(1_000)).await;
+    assert!(op.poll_pending(&mut cx, &mut c).is_ready());
+    let mut counts: Vec<(u8, u64)> = c
+        .take_elements()
+        .into_iter()
+        .filter_map(|e| match e {
+            StreamElement::Records(b) => Some(b.into_records()),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(Tagged::into_main)
+        .map(|o| (o.0, o.3))
+        .collect();
+    counts.sort();
+    assert_eq!(counts, vec![(1, 2), (2, 1)]);
+    assert!(op.windows.is_empty() && op.timers.is_empty());
+}
