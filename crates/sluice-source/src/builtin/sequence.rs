@@ -322,6 +322,49 @@ mod tests {
         }
     }
 
+    fn poll(r: &mut SequenceReader<u64, fn(u64) -> u64>) -> Poll<Vec<u64>> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match r.poll_next(&mut cx, 1_000) {
+            Poll::Ready(Ok(ReaderPoll::Records { records, .. })) => Poll::Ready(records),
+            Poll::Ready(other) => panic!("unexpected {other:?}"),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_limit_lets_one_record_through_then_paces_the_rest() {
+        let mut r: SequenceReader<u64, fn(u64) -> u64> =
+            SequenceReader::new(identity, Some(20.0), 2);
+        r.add_splits(cut(0, 1_000, 1)).unwrap();
+        assert_eq!(poll(&mut r), Poll::Ready(vec![0]));
+        assert_eq!(poll(&mut r), Poll::Pending);
+        // 20 per second over 2 readers: 10 per second for this one.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(poll(&mut r), Poll::Ready((1..=10).collect()));
+        assert_eq!(poll(&mut r), Poll::Pending);
+    }
+
+    #[test]
+    fn a_split_ending_at_the_maximum_finishes() {
+        let mut r: SequenceReader<u64, fn(u64) -> u64> = SequenceReader::new(identity, None, 1);
+        r.add_splits(vec![SequenceSplit {
+            index: 0,
+            next: u64::MAX - 1,
+            last: u64::MAX,
+        }])
+        .unwrap();
+        assert_eq!(poll(&mut r), Poll::Ready(vec![u64::MAX - 1, u64::MAX]));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(matches!(
+            r.poll_next(&mut cx, 10),
+            Poll::Ready(Ok(ReaderPoll::SplitFinished(_)))
+        ));
+        assert!(matches!(
+            r.poll_next(&mut cx, 10),
+            Poll::Ready(Ok(ReaderPoll::NeedsSplits))
+        ));
+    }
+
     #[test]
     fn the_full_range_is_cut_without_overflow() {
         let splits = cut(0, u64::MAX, 2);

@@ -131,6 +131,8 @@ impl<Src: Source> SourceHead<Src::Out> for SourceOperator<Src> {
         cx: &mut Context<'_>,
         max: usize,
     ) -> Poll<Result<SourceHeadPoll<Src::Out>, UserError>> {
+        // A silent split turns idle while others are busy, too.
+        self.poll_idleness(cx);
         loop {
             if let Some(next) = self.pending.pop_front() {
                 return Poll::Ready(Ok(next));
@@ -138,13 +140,7 @@ impl<Src: Source> SourceHead<Src::Out> for SourceOperator<Src> {
             let polled = match self.reader.poll_next(cx, max) {
                 Poll::Ready(Ok(p)) => p,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => {
-                    self.poll_idleness(cx);
-                    if self.pending.is_empty() {
-                        return Poll::Pending;
-                    }
-                    continue;
-                }
+                Poll::Pending => return Poll::Pending,
             };
             match polled {
                 ReaderPoll::Records { split, records } => {
@@ -193,10 +189,7 @@ impl<Src: Source> SourceHead<Src::Out> for SourceOperator<Src> {
                         }
                     }
                     // The assignment arrives as an operator event, and the task polls again.
-                    self.poll_idleness(cx);
-                    if self.pending.is_empty() {
-                        return Poll::Pending;
-                    }
+                    return Poll::Pending;
                 }
             }
         }
@@ -227,3 +220,6 @@ impl<Src: Source> SourceHead<Src::Out> for SourceOperator<Src> {
         Ok(OperatorState::from_entries(entries))
     }
 }
+
+#[cfg(test)]
+mod tests;
