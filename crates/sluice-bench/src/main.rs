@@ -41,6 +41,9 @@ enum Command {
     /// Operator coordinators: event round trip subtask -> coordinator -> subtask and broadcast
     /// to 4 subtasks, against bare tokio channels.
     Coordinator(scenarios::coordinator::Args),
+    /// FileSource on JSON lines (records/s, MB/s) at parallelism 1 and 2, beside a plain
+    /// buffered read-and-parse loop with the same serde decoder.
+    Source(scenarios::source::Args),
     /// Internal: one pipeline job in a fresh process, printing its peak memory (used by
     /// `pipeline` to show that memory does not grow with the record count).
     #[command(hide = true)]
@@ -55,6 +58,7 @@ fn main() -> anyhow::Result<()> {
         Command::AsyncLatency(args) => scenarios::async_io::run_latency(&args),
         Command::Coordinator(args) => scenarios::coordinator::run(&args),
         Command::Lookup(args) => scenarios::lookup::run(&args),
+        Command::Source(args) => scenarios::source::run(&args),
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),
     }
 }

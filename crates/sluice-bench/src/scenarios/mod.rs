@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod coordinator;
 pub mod lookup;
 pub mod pipeline;
+pub mod source;
 
 use clap::Args;
 
