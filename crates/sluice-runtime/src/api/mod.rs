@@ -43,7 +43,7 @@ mod two_phase;
 pub use environment::StreamEnvironment;
 pub use keyed::KeyedStream;
 pub use sink::{CollectHandle, Sink};
-pub use source::Generator;
+pub use source::{Generator, RateLimiter};
 pub use stream::{DataStream, DataStreamSink};
 pub(crate) use two_phase::TwoPhaseCommitOp;
 pub use two_phase::TwoPhaseCommitSink;

@@ -16,7 +16,7 @@ use crate::operator::{Operator, OperatorContext};
 use crate::state::OperatorState;
 use crate::task::chain::{ChainStage, NullStage, OperatorStage, TeeStage, failure};
 use crate::task::control::TaskMailbox;
-use crate::task::input::{SourceHeadInput, SourceInput, SourceReader};
+use crate::task::input::{SourceHeadInput, SourceInput, SourceReader, TaskInput};
 use crate::task::runner::Task;
 use futures::future::BoxFuture;
 use sluice_core::{Data, UserError};
@@ -77,6 +77,21 @@ pub(crate) trait SourceFactory: Send + Sync {
     }
 }
 
+/// The task of a source subtask: its input and the chain behind it.
+fn source_task<T: Data>(
+    input: Box<dyn TaskInput<T>>,
+    next: AnyBox,
+    parts: TaskParts,
+) -> Result<Box<dyn RunnableTask>, JobError> {
+    let chain = downcast::<Stage<T>>(next, "a source to its chain")?;
+    Ok(Box::new(Task::new(
+        input,
+        chain,
+        parts.metrics,
+        parts.mailbox,
+    )))
+}
+
 /// Makes a fresh source reader for one subtask.
 pub(crate) struct TypedSource<T, F> {
     pub(crate) make: F,
@@ -97,17 +112,11 @@ where
         parts: TaskParts,
         restored: Option<OperatorState>,
     ) -> Result<Box<dyn RunnableTask>, JobError> {
-        let chain = downcast::<Stage<T>>(next, "a source to its chain")?;
         let reader = (self.make)(&ctx, restored).map_err(|e| {
             failure(&ctx, format!("creating the source reader failed: {e}")).into_job_error()
         })?;
         let input = SourceInput::new(reader, ctx, parts.batch_size);
-        Ok(Box::new(Task::new(
-            Box::new(input),
-            chain,
-            parts.metrics,
-            parts.mailbox,
-        )))
+        source_task(Box::new(input), next, parts)
     }
 }
 
@@ -133,17 +142,11 @@ where
         parts: TaskParts,
         restored: Option<OperatorState>,
     ) -> Result<Box<dyn RunnableTask>, JobError> {
-        let chain = downcast::<Stage<T>>(next, "a source to its chain")?;
         let head = (self.make)(&ctx, restored).map_err(|e| {
             failure(&ctx, format!("creating the source failed: {e}")).into_job_error()
         })?;
         let input = SourceHeadInput::new(head, ctx, parts.batch_size);
-        Ok(Box::new(Task::new(
-            Box::new(input),
-            chain,
-            parts.metrics,
-            parts.mailbox,
-        )))
+        source_task(Box::new(input), next, parts)
     }
 
     fn rescalable(&self) -> bool {
