@@ -22,8 +22,9 @@
 //!
 //! let env = StreamEnvironment::new();
 //! env.set_parallelism(3);
+//! let squares = Generator::new(|i| i * i).take(10);
 //! let squares = env
-//!     .from_source(DataGeneratorSource::new(|i| i * i).take(10), None, "squares")
+//!     .from_source(DataGeneratorSource::from_generator(squares), None, "squares")
 //!     .collect();
 //! env.execute_blocking("squares").unwrap();
 //! let mut v = squares.take();
@@ -45,7 +46,9 @@ pub use api::{
 };
 pub use builtin::file::{FileFormat, FileSource, FileSourceMetrics, FileSplit, MalformedLines};
 pub use builtin::generator::DataGeneratorSource;
-pub use builtin::sequence::{NumberSequenceSource, SequenceSplit};
+pub use builtin::sequence::{
+    NumberSequenceSource, SequenceEnumerator, SequenceReader, SequenceSource, SequenceSplit,
+};
 pub use coordinator::{
     ReaderInfo, SourceCoordinator, SourceCoordinatorContext, SourceLogic, SplitAssignmentTracker,
     SplitEnumeratorContext, source_coordinator_provider,

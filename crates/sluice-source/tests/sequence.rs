@@ -56,7 +56,7 @@ async fn an_unbounded_generator_stopped_at_2_resumes_at_3_where_it_stopped() {
         env.set_checkpoint_storage(checkpoints.path());
         let (s, e) = (seen.clone(), enough.clone());
         env.from_source(
-            DataGeneratorSource::new(|i| i).rate_limit(20_000.0),
+            DataGeneratorSource::from_generator(Generator::new(|i| i).rate_limit(20_000.0)),
             None,
             "generated",
         )
@@ -111,7 +111,7 @@ async fn watermarks_follow_the_generated_timestamps_and_end_at_the_maximum() {
     let watermarks = Arc::new(Mutex::new(Vec::new()));
     let strategy = WatermarkStrategy::for_monotonous_timestamps(|t: &i64| *t);
     env.from_source(
-        DataGeneratorSource::new(|i| i as i64 * 10).take(200),
+        DataGeneratorSource::from_generator(Generator::new(|i| i as i64 * 10).take(200)),
         Some(strategy),
         "timed",
     )

@@ -1,7 +1,8 @@
-//! [`NumberSequenceSource`]: a bounded range of numbers cut into splits (Flink's
-//! `NumberSequenceSource`), and the enumerator and reader it shares with
-//! [`DataGeneratorSource`](crate::DataGeneratorSource): splits handed out one per request, each
-//! read from its next number, with an optional rate limit.
+//! [`SequenceSource`]: a range of numbers cut into splits and mapped into records, behind both
+//! [`NumberSequenceSource`] (Flink's, a bounded range) and
+//! [`DataGeneratorSource`](crate::DataGeneratorSource) (records from a function of their index):
+//! splits handed out one per request, each read from its next number, with an optional rate
+//! limit (the runtime's [`RateLimiter`]).
 
 use crate::api::{
     Boundedness, ReaderContext, ReaderPoll, Source, SourceReader, SourceSplit, SplitEnumerator,
@@ -10,13 +11,9 @@ use crate::api::{
 use crate::coordinator::SplitEnumeratorContext;
 use serde::{Deserialize, Serialize};
 use sluice_core::{CheckpointId, Data, SubtaskIndex, UserError};
+use sluice_runtime::api::RateLimiter;
 use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
-use tokio::time::{Instant, Sleep};
 
 /// A range `next..=last` of a sequence, with the next number to read as its position.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,8 +52,19 @@ pub(crate) fn cut(from: u64, to: u64, n: usize) -> Vec<SequenceSplit> {
         .collect()
 }
 
-/// A source of the numbers `from..=to`, cut into one split per subtask and read in order
-/// within each split.
+/// A sequence of numbers `first..=last`, each turned into a record by `f`, cut into one split
+/// per subtask and read in order within each split, optionally rate-limited. Use it as a
+/// [`NumberSequenceSource`] or a [`DataGeneratorSource`](crate::DataGeneratorSource).
+#[derive(Clone)]
+pub struct SequenceSource<F> {
+    first: u64,
+    last: Option<u64>,
+    bounded: bool,
+    f: F,
+    rate: Option<f64>,
+}
+
+/// A source of the numbers `from..=to` (Flink's `NumberSequenceSource`).
 ///
 /// ```
 /// use sluice_runtime::prelude::*;
@@ -68,38 +76,70 @@ pub(crate) fn cut(from: u64, to: u64, n: usize) -> Vec<SequenceSplit> {
 /// v.sort();
 /// assert_eq!(v, vec![5, 6, 7, 8, 9]);
 /// ```
-#[derive(Clone, Debug)]
-pub struct NumberSequenceSource {
-    from: u64,
-    to: u64,
-}
+pub type NumberSequenceSource = SequenceSource<fn(u64) -> u64>;
 
 impl NumberSequenceSource {
     /// The numbers `from..=to` (none if `to < from`).
     pub fn new(from: u64, to: u64) -> Self {
-        NumberSequenceSource { from, to }
+        SequenceSource {
+            first: from,
+            last: (to >= from).then_some(to),
+            bounded: true,
+            f: identity,
+            rate: None,
+        }
     }
 }
 
-impl Source for NumberSequenceSource {
-    type Out = u64;
+impl<F> SequenceSource<F> {
+    pub(crate) fn generated(count: Option<u64>, f: F, rate: Option<f64>) -> Self {
+        SequenceSource {
+            first: 0,
+            last: match count {
+                Some(0) => None,
+                Some(n) => Some(n - 1),
+                None => Some(u64::MAX),
+            },
+            bounded: count.is_some(),
+            f,
+            rate,
+        }
+    }
+}
+
+impl<F> std::fmt::Debug for SequenceSource<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SequenceSource")
+            .field("first", &self.first)
+            .field("last", &self.last)
+            .field("rate", &self.rate)
+            .finish()
+    }
+}
+
+impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> Source for SequenceSource<F> {
+    type Out = T;
     type Split = SequenceSplit;
     type Enumerator = SequenceEnumerator;
-    type Reader = SequenceReader<u64, fn(u64) -> u64>;
+    type Reader = SequenceReader<T, F>;
 
     fn boundedness(&self) -> Boundedness {
-        Boundedness::Bounded
+        if self.bounded {
+            Boundedness::Bounded
+        } else {
+            Boundedness::ContinuousUnbounded
+        }
     }
 
     fn create_enumerator(
         &self,
         ctx: &SplitEnumeratorContext<SequenceEnumerator>,
     ) -> Result<SequenceEnumerator, UserError> {
-        Ok(SequenceEnumerator::new(cut(
-            self.from,
-            self.to,
-            ctx.current_parallelism(),
-        )))
+        let splits = match self.last {
+            Some(last) => cut(self.first, last, ctx.current_parallelism()),
+            None => Vec::new(),
+        };
+        Ok(SequenceEnumerator::new(splits))
     }
 
     fn restore_enumerator(
@@ -111,7 +151,21 @@ impl Source for NumberSequenceSource {
     }
 
     fn create_reader(&self, ctx: ReaderContext) -> Result<Self::Reader, UserError> {
-        Ok(SequenceReader::new(identity, None, ctx.parallelism()))
+        Ok(SequenceReader::new(
+            self.f.clone(),
+            self.rate,
+            ctx.parallelism(),
+        ))
+    }
+
+    fn validate(&self) -> Result<(), UserError> {
+        match self.rate {
+            Some(r) if !(r > 0.0 && r.is_finite()) => Err(format!(
+                "rate limit {r} records per second: must be positive and finite"
+            )
+            .into()),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -177,40 +231,12 @@ impl SplitEnumerator for SequenceEnumerator {
     }
 }
 
-/// A rate limit over one reader: one batch at once, then `per_second` records per second.
-struct RateLimit {
-    per_second: f64,
-    start: Instant,
-    produced: u64,
-    sleep: Pin<Box<Sleep>>,
-}
-
-impl RateLimit {
-    /// How many records may go now (at most `want`), or `Pending` until some may.
-    fn admit(&mut self, cx: &mut Context<'_>, want: u64) -> Poll<u64> {
-        let elapsed = self.start.elapsed().as_secs_f64();
-        let allowed = (elapsed * self.per_second) as u64 + 1;
-        if allowed <= self.produced {
-            let wait = self.produced as f64 / self.per_second;
-            self.sleep
-                .as_mut()
-                .reset(self.start + Duration::from_secs_f64(wait));
-            if self.sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-        }
-        let n = want.min(allowed.saturating_sub(self.produced).max(1));
-        self.produced += n;
-        Poll::Ready(n)
-    }
-}
-
 /// Reads sequence splits in order, turning each number into a record with `f`.
 pub struct SequenceReader<T, F> {
     f: F,
     splits: VecDeque<SequenceSplit>,
     current: Option<(SplitId, SequenceSplit)>,
-    rate: Option<RateLimit>,
+    rate: Option<RateLimiter>,
     _t: std::marker::PhantomData<fn() -> T>,
 }
 
@@ -218,17 +244,11 @@ impl<T, F> SequenceReader<T, F> {
     /// A reader mapping numbers with `f`, limited to `rate` records per second over
     /// `parallelism` readers.
     pub(crate) fn new(f: F, rate: Option<f64>, parallelism: usize) -> Self {
-        let now = Instant::now();
         SequenceReader {
             f,
             splits: VecDeque::new(),
             current: None,
-            rate: rate.map(|r| RateLimit {
-                per_second: (r / parallelism.max(1) as f64).max(f64::MIN_POSITIVE),
-                start: now,
-                produced: 0,
-                sleep: Box::pin(tokio::time::sleep_until(now)),
-            }),
+            rate: rate.map(|r| RateLimiter::new(r / parallelism.max(1) as f64)),
             _t: std::marker::PhantomData,
         }
     }
@@ -261,7 +281,7 @@ impl<T: Data, F: Fn(u64) -> T + Send + 'static> SourceReader for SequenceReader<
             .saturating_add(1)
             .min(max.max(1) as u64);
         if let Some(rate) = &mut self.rate {
-            n = match rate.admit(cx, n) {
+            n = match rate.poll_admit(cx, n) {
                 Poll::Ready(n) => n,
                 Poll::Pending => return Poll::Pending,
             };
@@ -304,9 +324,6 @@ impl<T, F> std::fmt::Debug for SequenceReader<T, F> {
     }
 }
 
-/// The record function of a generator, shared by its readers.
-pub(crate) type MapFn<T> = Arc<dyn Fn(u64) -> T + Send + Sync>;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,7 +356,7 @@ mod tests {
         assert_eq!(poll(&mut r), Poll::Ready(vec![0]));
         assert_eq!(poll(&mut r), Poll::Pending);
         // 20 per second over 2 readers: 10 per second for this one.
-        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
         assert_eq!(poll(&mut r), Poll::Ready((1..=10).collect()));
         assert_eq!(poll(&mut r), Poll::Pending);
     }

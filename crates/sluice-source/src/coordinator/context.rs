@@ -16,7 +16,7 @@ use sluice_core::sync::lock;
 use sluice_core::{AttemptNumber, CheckpointId, SubtaskIndex, UserError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// The enumerator's view of its coordinator (see [`SourceCoordinatorContext`]).
@@ -242,11 +242,7 @@ impl<E: SplitEnumerator> SourceCoordinatorContext<E> {
     ) -> Result<(), UserError> {
         let value =
             result.map_err(|e| format!("an asynchronous call of the enumerator failed: {e}"))?;
-        let mut slot = self
-            .enumerator
-            .lock()
-            .map_err(|_| "the enumerator panicked before")?;
-        match slot.as_mut() {
+        match self.lock_enumerator()?.as_mut() {
             Some(enumerator) => handler(enumerator, self, value),
             None => Ok(()), // the enumerator was never created: its creation already failed the job
         }
@@ -278,9 +274,12 @@ impl<E: SplitEnumerator> SourceCoordinatorContext<E> {
 
     // ----- the coordinator's side (called on the coordinator thread) -------------------------
 
-    /// The enumerator slot, shared with `call_async` handlers.
-    pub(crate) fn enumerator_slot(&self) -> &Arc<Mutex<Option<E>>> {
-        &self.enumerator
+    /// The enumerator (`None` until the coordinator created it), shared with `call_async`
+    /// handlers; a panic in an earlier enumerator call poisoned it.
+    pub(crate) fn lock_enumerator(&self) -> Result<MutexGuard<'_, Option<E>>, UserError> {
+        self.enumerator
+            .lock()
+            .map_err(|_| "the split enumerator panicked in an earlier call".into())
     }
 
     /// Registers the reader of `attempt` of `subtask`.

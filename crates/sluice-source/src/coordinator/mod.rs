@@ -80,11 +80,7 @@ impl<Src: Source> SourceLogic<Src> {
         ) -> Result<(), UserError>,
     ) -> Result<(), UserError> {
         let ctx = self.context(base);
-        let mut slot = ctx
-            .enumerator_slot()
-            .lock()
-            .map_err(|_| "the enumerator panicked before")?;
-        match slot.as_mut() {
+        match ctx.lock_enumerator()?.as_mut() {
             Some(e) => f(e, &ctx),
             None => Ok(()),
         }
@@ -102,10 +98,7 @@ impl<Src: Source> CoordinatorLogic for SourceLogic<Src> {
             }
             None => self.source.create_enumerator(&ctx)?,
         };
-        let mut slot = ctx
-            .enumerator_slot()
-            .lock()
-            .map_err(|_| "the enumerator panicked before")?;
+        let mut slot = ctx.lock_enumerator()?;
         let enumerator = slot.insert(enumerator);
         enumerator
             .start(&ctx)
@@ -144,10 +137,7 @@ impl<Src: Source> CoordinatorLogic for SourceLogic<Src> {
     ) -> Result<Vec<u8>, UserError> {
         let ctx = self.context(base);
         ctx.on_checkpoint(checkpoint);
-        let mut slot = ctx
-            .enumerator_slot()
-            .lock()
-            .map_err(|_| "the enumerator panicked before")?;
+        let mut slot = ctx.lock_enumerator()?;
         let enumerator = slot
             .as_mut()
             .ok_or("the split enumerator was never created")?;

@@ -293,6 +293,25 @@ impl Harness {
         self.coordinator.flush().await.unwrap();
     }
 
+    /// Requests one split at a time: `expected` come in order, then "no more splits".
+    async fn served_until_the_end(
+        &mut self,
+        subtask: SubtaskIndex,
+        attempt: AttemptNumber,
+        inbox: &mut SubtaskInbox,
+        expected: &[u32],
+    ) {
+        for &split in expected {
+            self.send(subtask, attempt, ReaderEvent::RequestSplit).await;
+            assert_eq!(
+                received(inbox).await,
+                EnumeratorEvent::AddSplits(vec![Split(split)])
+            );
+        }
+        self.send(subtask, attempt, ReaderEvent::RequestSplit).await;
+        assert_eq!(received(inbox).await, EnumeratorEvent::NoMoreSplits);
+    }
+
     fn log(&self) -> Vec<String> {
         self.source.log.lock().unwrap().clone()
     }
@@ -488,15 +507,7 @@ async fn checkpoint_and_restore_keep_unassigned_splits_and_forget_registered_rea
     h.send(0, 1, ReaderEvent::Source(vec![])).await;
     assert_eq!(h.log(), vec!["readers []"]);
     let mut r0 = h.reader(0, 1).await;
-    for expected in [2, 3] {
-        h.send(0, 1, ReaderEvent::RequestSplit).await;
-        assert_eq!(
-            received(&mut r0).await,
-            EnumeratorEvent::AddSplits(vec![Split(expected)])
-        );
-    }
-    h.send(0, 1, ReaderEvent::RequestSplit).await;
-    assert_eq!(received(&mut r0).await, EnumeratorEvent::NoMoreSplits);
+    h.served_until_the_end(0, 1, &mut r0, &[2, 3]).await;
     assert!(h.failures.messages().is_empty());
     h.close().await;
 }
@@ -533,15 +544,7 @@ async fn after_a_subtask_reset_splits_assigned_after_the_checkpoint_are_served_a
 
     // The new attempt gets 11 and 12 again, then the rest; never 10.
     let mut r0 = h.reader(0, 1).await;
-    for expected in [11, 12, 13] {
-        h.send(0, 1, ReaderEvent::RequestSplit).await;
-        assert_eq!(
-            received(&mut r0).await,
-            EnumeratorEvent::AddSplits(vec![Split(expected)])
-        );
-    }
-    h.send(0, 1, ReaderEvent::RequestSplit).await;
-    assert_eq!(received(&mut r0).await, EnumeratorEvent::NoMoreSplits);
+    h.served_until_the_end(0, 1, &mut r0, &[11, 12, 13]).await;
     assert!(h.failures.messages().is_empty());
     h.close().await;
 }
