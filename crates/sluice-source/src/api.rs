@@ -4,6 +4,99 @@
 //!
 //! Splits and the enumerator's checkpoint are plain serde types: they travel in operator events
 //! and are stored in checkpoints with sluice's one codec.
+//!
+//! A whole source, from scratch: the lines of a few in-memory "pages", one page per split.
+//!
+//! ```
+//! use serde::{Deserialize, Serialize};
+//! use sluice_core::{CheckpointId, SubtaskIndex, UserError};
+//! use sluice_runtime::prelude::*;
+//! use sluice_source::*;
+//! use std::task::{Context, Poll};
+//!
+//! /// A page and how many of its lines were read.
+//! #[derive(Clone, Debug, Serialize, Deserialize)]
+//! struct Page { index: usize, read: usize }
+//!
+//! impl SourceSplit for Page {
+//!     fn split_id(&self) -> SplitId { SplitId::from(self.index.to_string()) }
+//! }
+//!
+//! const PAGES: [&[&str]; 3] = [&["a", "b"], &["c"], &["d", "e", "f"]];
+//!
+//! struct Pages;
+//!
+//! /// Hands out the pages not yet assigned, one per request.
+//! struct PageEnumerator(Vec<Page>);
+//!
+//! impl SplitEnumerator for PageEnumerator {
+//!     type Split = Page;
+//!     type Checkpoint = Vec<Page>;
+//!     fn handle_split_request(&mut self, ctx: &SplitEnumeratorContext<Self>, subtask: SubtaskIndex) -> Result<(), UserError> {
+//!         match self.0.pop() {
+//!             Some(page) => ctx.assign_split(subtask, vec![page])?,
+//!             None => ctx.signal_no_more_splits(subtask)?,
+//!         }
+//!         Ok(())
+//!     }
+//!     fn add_splits_back(&mut self, _: &SplitEnumeratorContext<Self>, pages: Vec<Page>, _: SubtaskIndex) -> Result<(), UserError> {
+//!         self.0.extend(pages);
+//!         Ok(())
+//!     }
+//!     fn add_reader(&mut self, _: &SplitEnumeratorContext<Self>, _: SubtaskIndex) -> Result<(), UserError> { Ok(()) }
+//!     fn snapshot_state(&mut self, _: CheckpointId) -> Result<Vec<Page>, UserError> { Ok(self.0.clone()) }
+//! }
+//!
+//! /// Reads its pages a line at a time.
+//! struct PageReader(Vec<Page>);
+//!
+//! impl SourceReader for PageReader {
+//!     type Out = String;
+//!     type Split = Page;
+//!     fn poll_next(&mut self, _: &mut Context<'_>, _max: usize) -> Poll<Result<ReaderPoll<String>, UserError>> {
+//!         let Some(page) = self.0.last_mut() else { return Poll::Ready(Ok(ReaderPoll::NeedsSplits)) };
+//!         let id = page.split_id();
+//!         match PAGES[page.index].get(page.read) {
+//!             Some(line) => {
+//!                 page.read += 1;
+//!                 Poll::Ready(Ok(ReaderPoll::Records { split: id, records: vec![line.to_string()] }))
+//!             }
+//!             None => {
+//!                 self.0.pop();
+//!                 Poll::Ready(Ok(ReaderPoll::SplitFinished(id)))
+//!             }
+//!         }
+//!     }
+//!     fn add_splits(&mut self, pages: Vec<Page>) -> Result<(), UserError> {
+//!         self.0.extend(pages);
+//!         Ok(())
+//!     }
+//!     fn snapshot_state(&mut self, _: CheckpointId) -> Result<Vec<Page>, UserError> { Ok(self.0.clone()) }
+//! }
+//!
+//! impl Source for Pages {
+//!     type Out = String;
+//!     type Split = Page;
+//!     type Enumerator = PageEnumerator;
+//!     type Reader = PageReader;
+//!     fn boundedness(&self) -> Boundedness { Boundedness::Bounded }
+//!     fn create_enumerator(&self, _: &SplitEnumeratorContext<PageEnumerator>) -> Result<PageEnumerator, UserError> {
+//!         Ok(PageEnumerator((0..PAGES.len()).map(|index| Page { index, read: 0 }).collect()))
+//!     }
+//!     fn restore_enumerator(&self, _: &SplitEnumeratorContext<PageEnumerator>, pages: Vec<Page>) -> Result<PageEnumerator, UserError> {
+//!         Ok(PageEnumerator(pages))
+//!     }
+//!     fn create_reader(&self, _: ReaderContext) -> Result<PageReader, UserError> { Ok(PageReader(Vec::new())) }
+//! }
+//!
+//! let env = StreamEnvironment::new();
+//! env.set_parallelism(2);
+//! let lines = env.from_source(Pages, None, "pages").collect();
+//! env.execute_blocking("pages").unwrap();
+//! let mut lines = lines.take();
+//! lines.sort();
+//! assert_eq!(lines, ["a", "b", "c", "d", "e", "f"]);
+//! ```
 
 use crate::coordinator::SplitEnumeratorContext;
 use serde::Serialize;

@@ -55,9 +55,6 @@ pub enum SourceError {
     /// Work could not be queued on the coordinator's thread or workers.
     #[error(transparent)]
     Submit(#[from] sluice_coordinator::SubmitError),
-    /// A built-in source was configured wrongly.
-    #[error("{0}")]
-    Config(String),
 }
 
 impl SourceError {

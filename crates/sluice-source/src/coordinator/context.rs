@@ -40,6 +40,25 @@ struct State<S> {
 /// The source coordinator's context, composed on a [`CoordinatorContextBase`]. Cheap to clone;
 /// every method may be called from any thread (work that must run on the coordinator thread is
 /// moved there through the base).
+///
+/// ```
+/// use sluice_coordinator::{CoordinatorContext, CoordinatorContextBase, JobFailureHook};
+/// use sluice_core::NodeId;
+/// use sluice_source::{SequenceEnumerator, SequenceSplit, SourceCoordinatorContext};
+///
+/// let hook = JobFailureHook::new(|_| {});
+/// let base = CoordinatorContextBase::new(CoordinatorContext::new("numbers", NodeId(0), 2, hook)).unwrap();
+/// let ctx = SourceCoordinatorContext::<SequenceEnumerator>::new(base.clone());
+/// assert_eq!(ctx.current_parallelism(), 2);
+/// assert!(ctx.registered_readers().is_empty());
+///
+/// // No reader registered yet: the assignment is refused, naming the subtask (from this plain
+/// // thread the call runs on the coordinator thread and waits for it).
+/// let split = SequenceSplit { index: 0, next: 1, last: 10 };
+/// let err = ctx.assign_split(1, vec![split]).unwrap_err();
+/// assert!(err.to_string().contains("to subtask 1 because the subtask has no registered reader"));
+/// base.close();
+/// ```
 pub struct SourceCoordinatorContext<E: SplitEnumerator> {
     base: CoordinatorContextBase,
     state: Arc<Mutex<State<E::Split>>>,
