@@ -217,7 +217,10 @@ fn trim_line(line: &[u8]) -> &[u8] {
 
 fn decode_line<T: DeserializeOwned>(format: FileFormat, line: &[u8]) -> Result<T, String> {
     match format {
-        FileFormat::JsonLines => serde_json::from_slice(line).map_err(|e| e.to_string()),
+        // Validating the line's UTF-8 once is cheaper than `from_slice` checking each string.
+        FileFormat::JsonLines => std::str::from_utf8(line)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_json::from_str(text).map_err(|e| e.to_string())),
         FileFormat::Csv { delimiter, .. } => {
             let mut reader = csv::ReaderBuilder::new()
                 .has_headers(false)
