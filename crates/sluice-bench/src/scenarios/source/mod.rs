@@ -5,15 +5,18 @@
 //!   `detail`); target ≥ 0.8 of the loop;
 //! - `p2`: the job at parallelism 2 against its own parallelism-1 rate; target ≥ 1.6.
 //!
-//! Both sides sum the decoded ids, and every run must agree on the sum. The files are written
+//! `detail` also holds each side's process CPU time per run (median): on a shared machine the
+//! wall-clock rate of `p2` depends on how much of the second core is free, its CPU time does
+//! not. Both sides sum the decoded ids, and every run must agree on the sum. The files are written
 //! once into a temporary directory before the timed runs (and are in the page cache by then:
 //! this measures reading and decoding, not the disk).
 
 mod workload;
 
 use super::CommonArgs;
-use crate::measure::{Side, interleaved, machine, median, runtime, timed};
+use crate::measure::{Run, Side, interleaved, machine, median, process_cpu_time, runtime, timed};
 use crate::report::{Report, Row};
+use std::cell::RefCell;
 use std::time::Duration;
 use workload::{baseline_loop, job, write_files};
 
@@ -49,34 +52,61 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         bytes as f64 / 1e6
     ));
     let loop_name = "BufReader + serde_json loop";
+    // CPU time per run of each side: beside the wall clock, it shows what a run costs whatever
+    // share of the 2 cores the machine's other work left it.
+    let cpu: [RefCell<Vec<Duration>>; 3] = Default::default();
     let t = interleaved(
         reps,
         vec![
-            Side::new(loop_name, || timed(|| baseline_loop(dir.path()))),
-            Side::new("sluice p1", || timed(|| rt.block_on(job(dir.path(), 1)))),
+            Side::new(loop_name, || {
+                cpu_timed(&cpu[0], || timed(|| baseline_loop(dir.path())))
+            }),
+            Side::new("sluice p1", || {
+                cpu_timed(&cpu[1], || timed(|| rt.block_on(job(dir.path(), 1))))
+            }),
         ],
-        Side::new("sluice p2", || timed(|| rt.block_on(job(dir.path(), 2)))),
+        Side::new("sluice p2", || {
+            cpu_timed(&cpu[2], || timed(|| rt.block_on(job(dir.path(), 2))))
+        }),
     )?;
     let (loop_runs, p1, p2) = (&t.baselines[0], &t.baselines[1], &t.sluice);
     let mb = |d: Duration| bytes as f64 / d.as_secs_f64().max(f64::MIN_POSITIVE) / 1e6;
-    let detail = |runs: &[Duration], base: &[Duration]| {
+    let cpu_s = |i: usize| {
+        let runs: Vec<Duration> = cpu[i].borrow().iter().skip(1).copied().collect();
+        median(&runs).as_secs_f64()
+    };
+    let detail = |runs: &[Duration], side: usize| {
         serde_json::json!({
             "mb_per_s": mb(median(runs)),
-            "baseline_mb_per_s": mb(median(base)),
+            "baseline_mb_per_s": mb(median(loop_runs)),
             "input_mb": bytes as f64 / 1e6,
+            "cpu_s_per_run": cpu_s(side),
+            "loop_cpu_s_per_run": cpu_s(0),
         })
     };
     let mut row = Row::throughput(SCENARIO, "p1", records, p1, Some((loop_name, loop_runs)))
         .parallelism(1)
         .target(0.8);
-    row.detail = Some(detail(p1, loop_runs));
+    row.detail = Some(detail(p1, 1));
     report.add(row)?;
     let mut row = Row::throughput(SCENARIO, "p2", records, p2, Some(("sluice p1", p1)))
         .parallelism(2)
         .target(1.6);
-    row.detail = Some(detail(p2, loop_runs));
+    row.detail = Some(detail(p2, 2));
     report.add(row)?;
     report.finish()
+}
+
+/// Runs `f`, logging the process CPU time it took into `log`.
+fn cpu_timed(
+    log: &RefCell<Vec<Duration>>,
+    f: impl FnOnce() -> anyhow::Result<Run>,
+) -> anyhow::Result<Run> {
+    let before = process_cpu_time()?;
+    let run = f()?;
+    log.borrow_mut()
+        .push(process_cpu_time()?.saturating_sub(before));
+    Ok(run)
 }
 
 #[cfg(test)]

@@ -34,7 +34,12 @@ pub fn write_files(dir: &Path, files: u64, lines: u64) -> anyhow::Result<u64> {
                 amount: (id % 10_000) as f64 / 100.0,
                 tags: vec![
                     "web".into(),
-                    if id.is_multiple_of(3) { "promo" } else { "organic" }.into(),
+                    if id.is_multiple_of(3) {
+                        "promo"
+                    } else {
+                        "organic"
+                    }
+                    .into(),
                 ],
             };
             let line = serde_json::to_string(&event)?;
