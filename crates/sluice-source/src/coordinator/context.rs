@@ -125,8 +125,9 @@ impl<E: SplitEnumerator> SourceCoordinatorContext<E> {
 
     /// Assigns splits to readers: every target must have a registered reader, or nothing is
     /// assigned and the error names the subtask. The assignment is recorded for the next
-    /// checkpoint and sent to each reader, on the coordinator thread (from another thread the
-    /// call waits for it), so that it is ordered with the checkpoints.
+    /// checkpoint and sent to each reader, on the coordinator thread (from another plain thread
+    /// the call waits for it; from a tokio worker, which must not wait, it fails), so that it is
+    /// ordered with the checkpoints.
     pub fn assign_splits(
         &self,
         assignment: BTreeMap<SubtaskIndex, Vec<E::Split>>,
