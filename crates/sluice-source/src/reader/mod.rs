@@ -54,7 +54,7 @@ impl<Src: Source> SourceOperator<Src> {
             reader,
             ctx: ctx.clone(),
             event_time: strategy.map(|strategy| EventTime {
-                splits: SplitWatermarks::new(strategy.idleness()),
+                splits: SplitWatermarks::new(strategy.idleness(), Instant::now()),
                 strategy,
                 idle_timer: None,
             }),

@@ -5,7 +5,8 @@
 //! The rules follow the task-level watermark valve of the runtime: each split's watermark only
 //! grows; the subtask's watermark is the minimum over the splits that are not idle, emitted only
 //! when it grows; a finished split no longer counts; when every split left is idle the subtask
-//! is idle, and active again at the next record.
+//! is idle, and active again at the next record. With an idleness timeout, a subtask that has
+//! had no split for that long is idle too (Flink's reader output turns idle the same way).
 
 use crate::api::SplitId;
 use sluice_core::{Watermark, WatermarkStatus};
@@ -34,15 +35,19 @@ pub(crate) struct SplitWatermarks {
     idleness: Option<Duration>,
     emitted: Watermark,
     idle: bool,
+    /// When a split last read a record (or the reader started): a subtask without splits turns
+    /// idle after the timeout from here, as Flink's reader output does.
+    last_record: Instant,
 }
 
 impl SplitWatermarks {
-    pub(crate) fn new(idleness: Option<Duration>) -> Self {
+    pub(crate) fn new(idleness: Option<Duration>, now: Instant) -> Self {
         SplitWatermarks {
             splits: HashMap::new(),
             idleness,
             emitted: Watermark::MIN,
             idle: false,
+            last_record: now,
         }
     }
 
@@ -70,6 +75,7 @@ impl SplitWatermarks {
         s.watermark = s.watermark.max(watermark);
         s.last_record = now;
         s.idle = false;
+        self.last_record = now;
         self.recompute()
     }
 
@@ -79,11 +85,19 @@ impl SplitWatermarks {
         self.recompute()
     }
 
-    /// Marks idle every split silent for the idleness timeout at `now`.
+    /// Marks idle every split silent for the idleness timeout at `now`, and the subtask when it
+    /// has had no split for that long.
     pub(crate) fn on_time(&mut self, now: Instant) -> Emit {
         let Some(timeout) = self.idleness else {
             return Emit::default();
         };
+        if self.splits.is_empty() && !self.idle && now >= self.last_record + timeout {
+            self.idle = true;
+            return Emit {
+                status: Some(WatermarkStatus::Idle),
+                watermark: None,
+            };
+        }
         let mut changed = false;
         for s in self.splits.values_mut() {
             if !s.idle && now >= s.last_record + timeout {
@@ -101,6 +115,9 @@ impl SplitWatermarks {
     /// When the next split may turn idle, if one can.
     pub(crate) fn next_idle_deadline(&self) -> Option<Instant> {
         let timeout = self.idleness?;
+        if self.splits.is_empty() {
+            return (!self.idle).then_some(self.last_record + timeout);
+        }
         self.splits
             .values()
             .filter(|s| !s.idle)
@@ -148,7 +165,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_minimum_over_splits_and_a_new_split_holds_it_back_until_it_reports() {
         let now = Instant::now();
-        let mut w = SplitWatermarks::new(None);
+        let mut w = SplitWatermarks::new(None, now);
         w.add_split(id("a"), now);
         w.add_split(id("b"), now);
         assert_eq!(w.on_records(&id("a"), wm(10), now).watermark, None);
@@ -162,7 +179,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_idle_split_does_not_hold_the_watermark_back() {
         let start = Instant::now();
-        let mut w = SplitWatermarks::new(Some(Duration::from_secs(5)));
+        let mut w = SplitWatermarks::new(Some(Duration::from_secs(5)), start);
         w.add_split(id("busy"), start);
         w.add_split(id("quiet"), start);
         w.on_records(&id("quiet"), wm(1), start);
@@ -182,5 +199,31 @@ mod tests {
             }
         );
         assert_eq!(w.next_idle_deadline(), Some(later + Duration::from_secs(5)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subtask_without_splits_turns_idle_after_the_timeout() {
+        let start = Instant::now();
+        let mut w = SplitWatermarks::new(Some(Duration::from_secs(5)), start);
+        assert_eq!(w.next_idle_deadline(), Some(start + Duration::from_secs(5)));
+        assert_eq!(w.on_time(start + Duration::from_secs(4)), Emit::default());
+        let idle = w.on_time(start + Duration::from_secs(5));
+        assert_eq!(idle.status, Some(WatermarkStatus::Idle));
+        assert_eq!(
+            w.next_idle_deadline(),
+            None,
+            "no timer while idle without splits"
+        );
+        // A split arrives and reads: active again, its watermark counts.
+        let later = start + Duration::from_secs(9);
+        w.add_split(id("late"), later);
+        let emit = w.on_records(&id("late"), wm(42), later);
+        assert_eq!(
+            emit,
+            Emit {
+                status: Some(WatermarkStatus::Active),
+                watermark: Some(wm(42))
+            }
+        );
     }
 }
