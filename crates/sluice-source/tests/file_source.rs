@@ -1,7 +1,8 @@
 //! `FileSource` end to end: exactly-once under random failures while reading 100 files, a job
 //! stopped with a savepoint at parallelism 2 resumed at 3 and at 1, a file added to a running
-//! continuous job read once, malformed lines (fail naming file and line, or skip and count),
-//! CSV, and a missing directory refused at submit time.
+//! continuous job read once, a directory vanishing under a continuous job failing it, malformed
+//! lines (fail naming file and line, or skip and count), CSV, and a missing directory refused at
+//! submit time.
 //!
 //! `SLUICE_FILE_SOURCE_TRIALS=N` runs N exactly-once trials instead of the default 6.
 
@@ -260,6 +261,34 @@ async fn a_file_added_to_a_running_continuous_job_is_read_once() {
     let mut ids = seen.ids();
     ids.sort_unstable();
     assert_eq!(ids, (0..total).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_that_disappears_under_a_continuous_job_fails_it_with_the_cause() {
+    let root = tempfile::tempdir().unwrap();
+    let input = root.path().join("inbox");
+    std::fs::create_dir(&input).unwrap();
+    let n = write_files(&input, 1, 10, 0);
+    let env = StreamEnvironment::new();
+    let seen = Seen::default();
+    let s = seen.clone();
+    env.from_source(
+        FileSource::<Rec>::json_lines(&input).continuous(Duration::from_millis(5)),
+        None,
+        "inbox",
+    )
+    .map(move |r: Rec| s.push(r.id))
+    .discard();
+    let job = env.submit("vanishing directory").unwrap();
+    seen.wait_for(n as usize).await;
+    // The next periodic listing (an asynchronous call of the enumerator) fails: the job fails
+    // with its cause instead of waiting for files forever.
+    std::fs::remove_dir_all(&input).unwrap();
+    let err = job.await.unwrap_err().to_string();
+    assert!(
+        err.contains("cannot list directory") && err.contains("inbox"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
