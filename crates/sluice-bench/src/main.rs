@@ -52,6 +52,9 @@ enum Command {
     /// (10,000 keys), against a loop over an FxHashMap of (key, window) counts with the same
     /// firing rule.
     Window(scenarios::window::Args),
+    /// FileSource on JSON lines (records/s, MB/s) at parallelism 1 and 2, beside a plain
+    /// buffered read-and-parse loop with the same serde decoder.
+    Source(scenarios::source::Args),
     /// Internal: one pipeline job in a fresh process, printing its peak memory (used by
     /// `pipeline` to show that memory does not grow with the record count).
     #[command(hide = true)]
@@ -69,6 +72,7 @@ fn main() -> anyhow::Result<()> {
         Command::ShuffleSkew(args) => scenarios::shuffle::skew::run(&args),
         Command::ShuffleCost(args) => scenarios::shuffle::cost::run(&args),
         Command::Window(args) => scenarios::window::run(&args),
+        Command::Source(args) => scenarios::source::run(&args),
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),
     }
 }

@@ -133,6 +133,25 @@ fn parse_vm_hwm(status: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The CPU time this process used so far, user and system (`utime + stime` of
+/// `/proc/self/stat`, in Linux's `USER_HZ` ticks of 10 ms). The difference around a run says how
+/// much CPU it took, whatever share of the cores other processes left it.
+pub fn process_cpu_time() -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+    parse_cpu_ticks(&stat)
+        .map(|ticks| Duration::from_millis(ticks * 10))
+        .context("no utime/stime in /proc/self/stat")
+}
+
+fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    // The fields after the command name (which may hold spaces) start at field 3, the state.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
 /// A one-line description of the machine: cores and CPU model (from `/proc/cpuinfo`).
 pub fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -162,6 +181,13 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_ticks_are_read_after_the_command_name() {
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 17 0 0 20 0 3 0";
+        assert_eq!(parse_cpu_ticks(stat), Some(267));
+        assert!(process_cpu_time().is_ok());
+    }
 
     #[test]
     fn median_of_odd_and_even_counts() {

@@ -106,6 +106,28 @@ pub trait CoordinatorLogic: Send + 'static {
         let _ = (base, subtask, checkpoint);
         Ok(())
     }
+
+    /// Attempt `attempt` of subtask `subtask` failed or was cancelled. Its gateway is already
+    /// gone, and events it sent that are still queued are dropped; the logic forgets what it
+    /// kept about that attempt (a source forgets its registered reader). Runs only once the
+    /// coordinator has started.
+    fn attempt_failed(
+        &mut self,
+        base: &CoordinatorContextBase,
+        subtask: SubtaskIndex,
+        attempt: AttemptNumber,
+    ) -> Result<(), UserError> {
+        let _ = (base, subtask, attempt);
+        Ok(())
+    }
+
+    /// The coordinator closes: release what the logic holds (a source closes its enumerator).
+    /// Runs on the coordinator thread after everything queued before, only if the coordinator
+    /// started; an error is logged, never fails the job (closing never does).
+    fn close(&mut self, base: &CoordinatorContextBase) -> Result<(), UserError> {
+        let _ = base;
+        Ok(())
+    }
 }
 
 /// An [`OperatorCoordinator`] that runs a [`CoordinatorLogic`] on a [`CoordinatorContextBase`].
@@ -197,13 +219,26 @@ impl<L: CoordinatorLogic> OperatorCoordinator for BaseCoordinator<L> {
     }
 
     fn close(&mut self) -> CoordinatorFuture<'_> {
-        let base = self.base.clone();
+        let (base, logic) = (self.base.clone(), self.logic.clone());
         Box::pin(async move {
-            // What is queued on the coordinator thread runs first.
+            // What is queued on the coordinator thread runs first, then the logic's own close.
             let drained = if base.is_started() {
-                base.call_in_coordinator_thread_async(|| Ok(()), "drain before close")
-                    .await
-                    .map_err(CoordinatorError::from)
+                let b = base.clone();
+                base.call_in_coordinator_thread_async(
+                    move || {
+                        let closed = match logic.lock() {
+                            Ok(mut l) => l.close(&b),
+                            Err(_) => Err("the coordinator logic panicked before".into()),
+                        };
+                        if let Err(e) = closed {
+                            tracing::warn!(operator = b.operator_name(), error = %e, "closing the coordinator logic failed");
+                        }
+                        Ok(())
+                    },
+                    "drain before close",
+                )
+                .await
+                .map_err(CoordinatorError::from)
             } else {
                 Ok(())
             };
@@ -279,7 +314,12 @@ impl<L: CoordinatorLogic> OperatorCoordinator for BaseCoordinator<L> {
         _reason: Option<String>,
     ) -> CoordinatorFuture<'_> {
         self.base.attempt_not_ready(subtask, attempt);
-        done(Ok(()))
+        if !self.base.is_started() {
+            return done(Ok(()));
+        }
+        self.in_loop("take an attempt failure", move |l, b| {
+            l.attempt_failed(b, subtask, attempt)
+        })
     }
 
     fn execution_attempt_ready(

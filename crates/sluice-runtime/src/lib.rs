@@ -64,7 +64,7 @@ pub use exchange::partitioner::Partitioner;
 pub use graph::Partitioning;
 pub use job::{DEFAULT_MAX_PARALLELISM, JobConfig, JobHandle, JobResult};
 pub use metrics::{JobMetrics, OperatorMetrics, OperatorTotals, SubtaskMetrics};
-pub use operator::{Collector, Operator, OperatorContext};
+pub use operator::{Collector, Operator, OperatorContext, SourceHead, SourceHeadPoll};
 pub use state::OperatorState;
 pub use watermark::WatermarkStrategy;
 

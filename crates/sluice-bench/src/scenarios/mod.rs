@@ -8,6 +8,7 @@ pub mod lookup;
 pub mod pipeline;
 pub mod shuffle;
 pub mod window;
+pub mod source;
 
 use clap::Args;
 

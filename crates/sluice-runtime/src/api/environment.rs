@@ -5,11 +5,11 @@ use crate::api::stream::DataStream;
 use crate::checkpoint::CheckpointSettings;
 use crate::error::JobError;
 use crate::failover::RestartStrategy;
-use crate::graph::erased::{TypedOutput, TypedSource};
+use crate::graph::erased::{TypedOutput, TypedSource, TypedSourceHead};
 use crate::graph::{NodeKind, StreamGraph};
 use crate::job::submit::Submission;
 use crate::job::{JobConfig, JobHandle, JobResult};
-use crate::operator::OperatorContext;
+use crate::operator::{OperatorContext, SourceHead};
 use crate::state::OperatorState;
 use crate::task::input::SourceReader;
 use sluice_core::{Data, UserError};
@@ -174,6 +174,49 @@ impl StreamEnvironment {
                 Arc::new(TypedOutput::<T>(PhantomData)),
                 false,
             )
+        });
+        DataStream::new(self.clone(), id)
+    }
+
+    /// Adds a source whose subtasks run a [`SourceHead`] made by `make` (given the subtask's
+    /// context and its share of the restored state) and talk to an operator coordinator made by
+    /// `coordinator`: the seam the FLIP-27 split sources of `sluice-source` are built on (use
+    /// its `from_source` rather than this).
+    ///
+    /// `validate` runs at submit time: its error refuses the job, naming the source. The head's
+    /// state is a list of entries dealt out evenly over the subtasks, so such a source may
+    /// restore at another parallelism.
+    pub fn add_source_head<T, F, V, P>(
+        &self,
+        name: &str,
+        make: F,
+        validate: V,
+        coordinator: P,
+    ) -> DataStream<T>
+    where
+        T: Data,
+        F: Fn(&OperatorContext, Option<OperatorState>) -> Result<Box<dyn SourceHead<T>>, UserError>
+            + Send
+            + Sync
+            + 'static,
+        V: Fn() -> Result<(), UserError> + Send + Sync + 'static,
+        P: sluice_coordinator::CoordinatorProvider + 'static,
+    {
+        let factory = Arc::new(TypedSourceHead {
+            make,
+            validate,
+            _t: PhantomData,
+        });
+        let provider: Arc<dyn sluice_coordinator::CoordinatorProvider> = Arc::new(coordinator);
+        let id = self.with_graph(|g| {
+            let id = g.add_node(
+                name.to_string(),
+                NodeKind::Source(factory),
+                Arc::new(TypedOutput::<T>(PhantomData)),
+                false,
+            );
+            g.nodes[id.0].coordinator = Some(provider);
+            id
         });
         DataStream::new(self.clone(), id)
     }

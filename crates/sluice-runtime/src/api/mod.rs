@@ -51,7 +51,7 @@ pub use environment::StreamEnvironment;
 pub use keyed::KeyedStream;
 pub use processed::ProcessedStream;
 pub use sink::{CollectHandle, Sink};
-pub use source::Generator;
+pub use source::{Generator, RateLimiter};
 pub use stream::{DataStream, DataStreamSink};
 pub(crate) use two_phase::TwoPhaseCommitOp;
 pub use two_phase::TwoPhaseCommitSink;

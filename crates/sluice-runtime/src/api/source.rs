@@ -130,6 +130,81 @@ impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> Generator<F> {
     pub fn count(&self) -> Option<u64> {
         self.count
     }
+
+    /// The configured rate limit (records per second over all subtasks), if any.
+    pub fn rate(&self) -> Option<f64> {
+        self.rate
+    }
+
+    /// The record function.
+    pub fn function(&self) -> &F {
+        &self.f
+    }
+}
+
+/// Paces a reader to `per_second` records per second: one record may go at once, then one per
+/// `1 / per_second`, on tokio's clock (so a paused test clock drives it). Shared by the
+/// generator here and the split sources of `sluice-source`.
+///
+/// ```
+/// use sluice_runtime::api::RateLimiter;
+/// use std::task::{Context, Poll, Waker};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap().block_on(async {
+/// let mut limit = RateLimiter::new(10.0);
+/// let mut cx = Context::from_waker(Waker::noop());
+/// assert_eq!(limit.poll_admit(&mut cx, 100), Poll::Ready(1));
+/// assert_eq!(limit.poll_admit(&mut cx, 100), Poll::Pending);
+/// tokio::time::advance(std::time::Duration::from_secs(1)).await;
+/// assert_eq!(limit.poll_admit(&mut cx, 100), Poll::Ready(10));
+/// # });
+/// ```
+pub struct RateLimiter {
+    per_second: f64,
+    start: Instant,
+    produced: u64,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl RateLimiter {
+    /// A limiter starting now (a rate below the smallest positive float is raised to it).
+    pub fn new(per_second: f64) -> Self {
+        let now = Instant::now();
+        RateLimiter {
+            per_second: per_second.max(f64::MIN_POSITIVE),
+            start: now,
+            produced: 0,
+            sleep: Box::pin(tokio::time::sleep_until(now)),
+        }
+    }
+
+    /// How many of `want` records may go now (at least one), counted as produced; `Pending`
+    /// when none may, with `cx` woken when one may.
+    pub fn poll_admit(&mut self, cx: &mut Context<'_>, want: u64) -> Poll<u64> {
+        let elapsed = self.start.elapsed().as_secs_f64();
+        let allowed = (elapsed * self.per_second) as u64 + 1;
+        if allowed <= self.produced {
+            let wait = self.produced as f64 / self.per_second;
+            self.sleep
+                .as_mut()
+                .reset(self.start + Duration::from_secs_f64(wait));
+            if self.sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        let n = want.min(allowed.saturating_sub(self.produced).max(1));
+        self.produced += n;
+        Poll::Ready(n)
+    }
+}
+
+impl std::fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("per_second", &self.per_second)
+            .field("produced", &self.produced)
+            .finish()
+    }
 }
 
 /// One subtask's share of a [`Generator`].
@@ -138,14 +213,7 @@ pub(crate) struct GeneratorReader<F> {
     next: u64,
     stride: u64,
     end: Option<u64>,
-    rate: Option<RateLimit>,
-}
-
-struct RateLimit {
-    per_second: f64,
-    start: Instant,
-    produced: u64,
-    sleep: Pin<Box<Sleep>>,
+    rate: Option<RateLimiter>,
 }
 
 impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> GeneratorReader<F> {
@@ -165,18 +233,12 @@ impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> GeneratorReader<F
             }
             None => s,
         };
-        let now = Instant::now();
         Ok(GeneratorReader {
             f: g.f.clone(),
             next,
             stride: p,
             end: g.count,
-            rate: g.rate.map(|r| RateLimit {
-                per_second: (r / p as f64).max(f64::MIN_POSITIVE),
-                start: now,
-                produced: 0,
-                sleep: Box::pin(tokio::time::sleep_until(now)),
-            }),
+            rate: g.rate.map(|r| RateLimiter::new(r / p as f64)),
         })
     }
 }
@@ -197,20 +259,10 @@ impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> SourceReader<T>
             n = n.min((end - self.next).div_ceil(self.stride));
         }
         if let Some(rl) = &mut self.rate {
-            let elapsed = rl.start.elapsed().as_secs_f64();
-            // One record is allowed at once, then one per 1/rate.
-            let allowed = (elapsed * rl.per_second) as u64 + 1;
-            if allowed <= rl.produced {
-                let wait = rl.produced as f64 / rl.per_second;
-                rl.sleep
-                    .as_mut()
-                    .reset(rl.start + Duration::from_secs_f64(wait));
-                if rl.sleep.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-            }
-            n = n.min((allowed.saturating_sub(rl.produced)).max(1));
-            rl.produced += n;
+            n = match rl.poll_admit(cx, n) {
+                Poll::Ready(n) => n,
+                Poll::Pending => return Poll::Pending,
+            };
         }
         let (start, stride) = (self.next, self.stride);
         let f = &self.f;

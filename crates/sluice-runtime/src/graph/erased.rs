@@ -11,11 +11,12 @@ use crate::exchange::writer::{
 };
 use crate::exchange::{ChannelReceiver, ChannelSender, channel, gate::InputGate};
 use crate::graph::Partitioning;
+use crate::operator::SourceHead;
 use crate::operator::{Operator, OperatorContext};
 use crate::state::OperatorState;
 use crate::task::chain::{ChainStage, NullStage, OperatorStage, TeeStage, failure};
 use crate::task::control::TaskMailbox;
-use crate::task::input::{SourceInput, SourceReader};
+use crate::task::input::{SourceHeadInput, SourceInput, SourceReader, TaskInput};
 use crate::task::runner::Task;
 use futures::future::BoxFuture;
 use sluice_core::{Data, UserError};
@@ -64,6 +65,31 @@ pub(crate) trait SourceFactory: Send + Sync {
         parts: TaskParts,
         restored: Option<OperatorState>,
     ) -> Result<Box<dyn RunnableTask>, JobError>;
+
+    /// Whether the source's state may be dealt out at another parallelism (split sources).
+    fn rescalable(&self) -> bool {
+        false
+    }
+
+    /// Checks the source's configuration at submit time.
+    fn validate(&self) -> Result<(), UserError> {
+        Ok(())
+    }
+}
+
+/// The task of a source subtask: its input and the chain behind it.
+fn source_task<T: Data>(
+    input: Box<dyn TaskInput<T>>,
+    next: AnyBox,
+    parts: TaskParts,
+) -> Result<Box<dyn RunnableTask>, JobError> {
+    let chain = downcast::<Stage<T>>(next, "a source to its chain")?;
+    Ok(Box::new(Task::new(
+        input,
+        chain,
+        parts.metrics,
+        parts.mailbox,
+    )))
 }
 
 /// Makes a fresh source reader for one subtask.
@@ -86,17 +112,49 @@ where
         parts: TaskParts,
         restored: Option<OperatorState>,
     ) -> Result<Box<dyn RunnableTask>, JobError> {
-        let chain = downcast::<Stage<T>>(next, "a source to its chain")?;
         let reader = (self.make)(&ctx, restored).map_err(|e| {
             failure(&ctx, format!("creating the source reader failed: {e}")).into_job_error()
         })?;
         let input = SourceInput::new(reader, ctx, parts.batch_size);
-        Ok(Box::new(Task::new(
-            Box::new(input),
-            chain,
-            parts.metrics,
-            parts.mailbox,
-        )))
+        source_task(Box::new(input), next, parts)
+    }
+}
+
+/// Makes a fresh [`SourceHead`] for one subtask; its state is rescalable.
+pub(crate) struct TypedSourceHead<T, F, V> {
+    pub(crate) make: F,
+    pub(crate) validate: V,
+    pub(crate) _t: PhantomData<fn() -> T>,
+}
+
+impl<T, F, V> SourceFactory for TypedSourceHead<T, F, V>
+where
+    T: Data,
+    F: Fn(&OperatorContext, Option<OperatorState>) -> Result<Box<dyn SourceHead<T>>, UserError>
+        + Send
+        + Sync,
+    V: Fn() -> Result<(), UserError> + Send + Sync,
+{
+    fn build_task(
+        &self,
+        ctx: OperatorContext,
+        next: AnyBox,
+        parts: TaskParts,
+        restored: Option<OperatorState>,
+    ) -> Result<Box<dyn RunnableTask>, JobError> {
+        let head = (self.make)(&ctx, restored).map_err(|e| {
+            failure(&ctx, format!("creating the source failed: {e}")).into_job_error()
+        })?;
+        let input = SourceHeadInput::new(head, ctx, parts.batch_size);
+        source_task(Box::new(input), next, parts)
+    }
+
+    fn rescalable(&self) -> bool {
+        true
+    }
+
+    fn validate(&self) -> Result<(), UserError> {
+        (self.validate)()
     }
 }
 

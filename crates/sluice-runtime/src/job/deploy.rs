@@ -84,7 +84,7 @@ fn restored_shares(
             )));
         };
         let p = plan.parallelism[id.0];
-        if matches!(node.kind, NodeKind::Source(_)) && old.len() != p {
+        if matches!(&node.kind, NodeKind::Source(f) if !f.rescalable()) && old.len() != p {
             return Err(JobError::InvalidJob(format!(
                 "source '{}' ({id}) was checkpointed at parallelism {} and cannot be restored at \
                  parallelism {p}; keep the source's parallelism (rescale the operators after it)",

@@ -10,7 +10,7 @@ use crate::checkpoint::CheckpointSettings;
 use crate::checkpoint::persistence::{CheckpointRun, StoragePersistence, default_dir};
 use crate::error::JobError;
 use crate::failover::{ExponentialBackoff, RestartStrategy};
-use crate::graph::StreamGraph;
+use crate::graph::{NodeKind, StreamGraph};
 use crate::job::master::{
     JobSpec, MasterInputs, REQUEST_CAPACITY, RunSummary, SharedMetrics, run_job,
 };
@@ -67,6 +67,13 @@ impl Submission<'_> {
             )
         })?;
         let plan = plan(self.graph, self.config)?;
+        for node in &self.graph.nodes {
+            if let NodeKind::Source(f) = &node.kind {
+                f.validate().map_err(|e| {
+                    JobError::InvalidJob(format!("source '{}' ({}): {e}", node.name, node.id))
+                })?;
+            }
+        }
         let checkpoints = match self.checkpoints {
             Some(c) => {
                 c.validate().map_err(JobError::InvalidJob)?;

@@ -41,12 +41,14 @@
 mod builtin;
 mod collector;
 mod context;
+mod source_head;
 pub(crate) mod to_coordinator;
 
 pub(crate) use builtin::{FilterOp, FlatMapOp, IdentityOp, MapOp};
 pub use collector::Collector;
 pub(crate) use context::ContextParts;
 pub use context::OperatorContext;
+pub use source_head::{SourceHead, SourceHeadPoll};
 
 use crate::state::OperatorState;
 use sluice_core::{CheckpointId, Data, OperatorEvent, UserError, Watermark};

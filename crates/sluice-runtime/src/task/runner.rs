@@ -119,7 +119,7 @@ impl<T: Send + 'static> Task<T> {
             return Ok(());
         }
         let mut states = Vec::new();
-        if let Some(s) = self.input.snapshot()? {
+        if let Some(s) = self.input.snapshot(id)? {
             states.push(s);
         }
         self.chain.checkpoint(barrier, &mut states)?;
@@ -146,7 +146,11 @@ impl<T: Send + 'static> Task<T> {
                 self.chain.notify_checkpoint(id, false)?;
             }
             TaskControl::OperatorEvent { target, event } => {
-                self.chain.handle_event(target, event)?
+                if self.input.event_target() == Some(target) {
+                    self.input.handle_event(event)?
+                } else {
+                    self.chain.handle_event(target, event)?
+                }
             }
             TaskControl::Finish => return Ok(Step::Exit),
         }

@@ -85,6 +85,30 @@ impl<T: Data> WatermarkStrategy<T> {
         self.idleness
     }
 
+    /// The event time of `record`, in milliseconds, as the strategy reads it.
+    pub fn extract_timestamp(&self, record: &T) -> i64 {
+        (self.timestamp)(record)
+    }
+
+    /// The watermark that follows a highest timestamp `max_timestamp`: it trails it by the
+    /// out-of-orderness bound and one millisecond (`Watermark::MIN` before any record).
+    ///
+    /// ```
+    /// use sluice_runtime::WatermarkStrategy;
+    /// use sluice_core::Watermark;
+    /// use std::time::Duration;
+    /// let s = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(10), |t: &i64| *t);
+    /// assert_eq!(s.watermark_after(100), Watermark::new(89));
+    /// assert_eq!(s.watermark_after(i64::MIN), Watermark::MIN);
+    /// ```
+    pub fn watermark_after(&self, max_timestamp: i64) -> Watermark {
+        if max_timestamp == i64::MIN {
+            return Watermark::MIN;
+        }
+        let bound = i64::try_from(self.bound.as_millis()).unwrap_or(i64::MAX);
+        Watermark::new(max_timestamp.saturating_sub(bound).saturating_sub(1))
+    }
+
     pub(crate) fn assigner(&self) -> WatermarkAssigner<T> {
         WatermarkAssigner {
             strategy: self.clone(),
@@ -150,8 +174,7 @@ impl<T: Data> Operator<T> for WatermarkAssigner<T> {
         }
         // The records carry their event time from here on, as Flink's `StreamRecord`s do.
         out.emit_batch_at(batch, Some(timestamps));
-        let bound = i64::try_from(self.strategy.bound.as_millis()).unwrap_or(i64::MAX);
-        let candidate = Watermark::new(self.max_timestamp.saturating_sub(bound).saturating_sub(1));
+        let candidate = self.strategy.watermark_after(self.max_timestamp);
         if candidate > self.emitted && self.max_timestamp != i64::MIN {
             self.emitted = candidate;
             out.emit_watermark(candidate);
