@@ -10,14 +10,15 @@
 //! is a list of entries, dealt out evenly when the job restores at another parallelism.
 
 use crate::state::OperatorState;
-use sluice_core::{CheckpointId, OperatorEvent, UserError, Watermark, WatermarkStatus};
+use sluice_core::{Batch, CheckpointId, OperatorEvent, UserError, Watermark, WatermarkStatus};
 use std::task::{Context, Poll};
 
 /// What a [`SourceHead`] yields when polled.
 #[derive(Debug)]
 pub enum SourceHeadPoll<T> {
-    /// A non-empty batch of records.
-    Records(Vec<T>),
+    /// A non-empty batch of records, with their event times when the head assigns them (a
+    /// source read with a watermark strategy does, as Flink's source operator does).
+    Records(Batch<T>),
     /// Event time advanced (the head owns its subtask's watermark).
     Watermark(Watermark),
     /// The subtask became idle or active again.
@@ -45,7 +46,8 @@ pub enum SourceHeadPoll<T> {
 /// impl SourceHead<u64> for Relay {
 ///     fn poll_next(&mut self, _cx: &mut Context<'_>, _max: usize) -> Poll<Result<SourceHeadPoll<u64>, UserError>> {
 ///         if !self.0.is_empty() {
-///             return Poll::Ready(Ok(SourceHeadPoll::Records(std::mem::take(&mut self.0))));
+///             let records = std::mem::take(&mut self.0);
+///             return Poll::Ready(Ok(SourceHeadPoll::Records(records.into())));
 ///         }
 ///         if self.1 { Poll::Ready(Ok(SourceHeadPoll::End)) } else { Poll::Pending }
 ///     }

@@ -13,7 +13,7 @@ mod watermarks;
 use crate::api::{ReaderContext, ReaderPoll, Source, SourceReader};
 use crate::event::{EnumeratorEvent, ReaderEvent};
 use sluice_core::codec;
-use sluice_core::{CheckpointId, OperatorEvent, UserError, WatermarkStatus};
+use sluice_core::{Batch, CheckpointId, OperatorEvent, UserError, WatermarkStatus};
 use sluice_runtime::{
     OperatorContext, OperatorState, SourceHead, SourceHeadPoll, WatermarkStrategy,
 };
@@ -148,14 +148,14 @@ impl<Src: Source> SourceHead<Src::Out> for SourceOperator<Src> {
                         continue;
                     }
                     let Some(et) = &mut self.event_time else {
-                        return Poll::Ready(Ok(SourceHeadPoll::Records(records)));
+                        return Poll::Ready(Ok(SourceHeadPoll::Records(Batch::new(records))));
                     };
                     let strategy = &et.strategy;
-                    let max_ts = records
-                        .iter()
-                        .map(|r| strategy.extract_timestamp(r))
-                        .max()
-                        .unwrap_or(i64::MIN);
+                    // The records carry their event time from the source on, as in Flink.
+                    let timestamps: Vec<i64> =
+                        records.iter().map(|r| strategy.extract_timestamp(r)).collect();
+                    let max_ts = timestamps.iter().copied().max().unwrap_or(i64::MIN);
+                    let records = Batch::with_timestamps(records, timestamps);
                     let emit = et.splits.on_records(
                         &split,
                         strategy.watermark_after(max_ts),
