@@ -1,7 +1,8 @@
 //! `NumberSequenceSource` and `DataGeneratorSource` end to end: every number exactly once
 //! through random failures (splits resume at their next number), an unbounded generator
 //! stopped with a savepoint and resumed at another parallelism, and watermarks that reach the
-//! maximum at the end.
+//! maximum at the end, and records that reach an event-time window with the times the
+//! source's watermark strategy gave them.
 
 use sluice_connectors::file::{JsonLinesSink, read_committed};
 use sluice_runtime::failover::RestartStrategy;
@@ -163,4 +164,47 @@ impl Operator<i64> for Watch {
         out.emit_watermark(w);
         Ok(())
     }
+}
+
+/// Counts the elements of a window.
+#[derive(Clone)]
+struct Count;
+
+impl sluice_runtime::window::AggregateFunction<u64> for Count {
+    type Acc = u64;
+    type Out = u64;
+    fn create_accumulator(&self) -> u64 {
+        0
+    }
+    fn add(&self, _: u64, acc: &mut u64) {
+        *acc += 1;
+    }
+    fn get_result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+    fn merge(&self, a: u64, b: u64) -> u64 {
+        a + b
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_carry_the_event_time_the_source_assigned_into_a_window() {
+    use sluice_runtime::window::TumblingEventTimeWindows;
+    let env = StreamEnvironment::new();
+    env.set_parallelism(2).set_batch_size(7);
+    // Record i happens at i seconds; 10-second windows hold 10 records each, keyed by parity.
+    let strategy = WatermarkStrategy::for_monotonous_timestamps(|t: &u64| *t as i64 * 1000);
+    let counts = env
+        .from_source(NumberSequenceSource::new(0, 99), Some(strategy), "seconds")
+        .key_by(|t| t % 2)
+        .window(TumblingEventTimeWindows::of(Duration::from_secs(10)))
+        .aggregate_with(Count, |parity, window, n| (*parity, window.start, n))
+        .collect();
+    env.execute("source into a window").await.unwrap();
+    let mut counts = counts.take();
+    counts.sort();
+    let want: Vec<(u64, i64, u64)> = (0..2)
+        .flat_map(|parity| (0..10).map(move |w| (parity, w * 10_000, 5)))
+        .collect();
+    assert_eq!(counts, want);
 }

@@ -7,8 +7,7 @@ use crate::state::OperatorState;
 use crate::task::chain::failure;
 use sluice_core::{
     Batch, CheckpointBarrier, CheckpointId, NodeId, OperatorEvent, SubtaskIndex, UserError,
-    Watermark,
-    WatermarkStatus, panic_message,
+    Watermark, WatermarkStatus, panic_message,
 };
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;

@@ -144,7 +144,9 @@ fn drain(op: &mut SourceOperator<ScriptedSource>) -> Vec<String> {
     let mut out = Vec::new();
     loop {
         match op.poll_next(&mut cx, 100) {
-            Poll::Ready(Ok(SourceHeadPoll::Records(r))) => out.push(format!("records {:?}", r.records())),
+            Poll::Ready(Ok(SourceHeadPoll::Records(r))) => {
+                out.push(format!("records {:?}", r.records()))
+            }
             Poll::Ready(Ok(SourceHeadPoll::Watermark(w))) => {
                 out.push(format!("watermark {}", w.timestamp()))
             }
