@@ -230,7 +230,8 @@ where
             None => return Err("the shuffle operator was not opened".into()),
         }
         self.check_migration();
-        out.emit_batch(batch);
+        // A pass-through: the records keep their event times.
+        out.forward_batch(batch);
         Ok(())
     }
 

@@ -7,8 +7,8 @@ pub mod coordinator;
 pub mod lookup;
 pub mod pipeline;
 pub mod shuffle;
-pub mod window;
 pub mod source;
+pub mod window;
 
 use clap::Args;
 

@@ -132,7 +132,7 @@ impl<T: Data> DataStream<T> {
     pub fn reject_at_submit(self, reason: impl Into<String>) -> Self {
         let (id, reason) = (self.node, reason.into());
         self.env.with_graph(|g| {
-            g.nodes[id.0].rejected.get_or_insert(reason);
+            g.nodes[id.0].config_error.get_or_insert(reason);
         });
         self
     }
@@ -174,8 +174,9 @@ impl<T: Data> DataStream<T> {
     /// with `message`, naming the operator.
     pub(crate) fn refuse(&self, message: String) {
         let id = self.node;
-        self.env
-            .with_graph(|g| g.nodes[id.0].config_error = Some(message));
+        self.env.with_graph(|g| {
+            g.nodes[id.0].config_error.get_or_insert(message);
+        });
     }
 
     /// Adds `op` under `name` with an operator coordinator: the job master creates one

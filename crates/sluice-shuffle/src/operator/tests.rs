@@ -245,3 +245,12 @@ fn sketch_statistics_sample_only_the_keys_they_keep() {
     let g = global(1, CompletedData::Sketch((0..10).collect()), 2);
     assert!(matches!(g.routing, Routing::Sketch(ref b) if b.len() == 1));
 }
+
+#[test]
+fn records_keep_their_event_times() {
+    let (op, _) = operator(RangeShuffleConfig::default());
+    let mut h = harness(op, 0, 1);
+    h.process_timed_batch(vec![5, 6], vec![1_000, 2_000])
+        .unwrap();
+    assert_eq!(h.timed_records(), vec![(5, Some(1_000)), (6, Some(2_000))]);
+}

@@ -152,8 +152,10 @@ impl<Src: Source> SourceHead<Src::Out> for SourceOperator<Src> {
                     };
                     let strategy = &et.strategy;
                     // The records carry their event time from the source on, as in Flink.
-                    let timestamps: Vec<i64> =
-                        records.iter().map(|r| strategy.extract_timestamp(r)).collect();
+                    let timestamps: Vec<i64> = records
+                        .iter()
+                        .map(|r| strategy.extract_timestamp(r))
+                        .collect();
                     let max_ts = timestamps.iter().copied().max().unwrap_or(i64::MIN);
                     let records = Batch::with_timestamps(records, timestamps);
                     let emit = et.splits.on_records(
