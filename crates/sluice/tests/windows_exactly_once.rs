@@ -109,7 +109,12 @@ async fn windowed_counts_are_exact_under_random_injected_failures() {
     );
     let result = env.execute("windows under failures").await.unwrap();
     assert_eq!(fail.injected(), 3);
-    assert_eq!(result.restarts, 3);
+    // Two subtasks may both fail in one attempt before it is torn down: one restart for both.
+    assert!(
+        (1..=3).contains(&result.restarts),
+        "{} restarts for 3 injected failures",
+        result.restarts
+    );
     assert_eq!(committed(out.path()), expected(n));
 }
 

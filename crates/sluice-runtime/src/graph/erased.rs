@@ -301,14 +301,14 @@ impl<T: Data> WriterFactory for BuiltinWriter<T> {
         let tx = senders::<T>(tx)?;
         let n = tx.len();
         let me = producer.subtask_index();
-        let p = producer.parallelism();
+        // A pointwise edge (forward, or the default between equal parallelisms) gets one
+        // channel per producer subtask, to its own consumer subtask (see deployment); the
+        // default edge into a single consumer has one channel too.
         let forward = matches!(self.partitioning, Partitioning::Forward)
-            || (matches!(self.partitioning, Partitioning::Default) && n == p);
+            || (matches!(self.partitioning, Partitioning::Default) && n == 1);
         let stage: Stage<T> = if forward {
-            // Forward edges that are not chained (the producer fans out) still pair i with i.
-            let target = me.min(n.saturating_sub(1));
             Box::new(NetworkWriter::new(
-                ForwardRoute { target },
+                ForwardRoute { target: 0 },
                 tx,
                 batch_size,
                 producer,

@@ -165,11 +165,23 @@ pub(crate) fn deploy(
         let mut per_producer: Vec<Vec<AnyBox>> = (0..pf).map(|_| Vec::new()).collect();
         if !plan.chained[e] {
             let ops = &graph.nodes[edge.from.0].out_ops;
-            for producer in per_producer.iter_mut() {
-                for consumer in receivers[edge.to.0].iter_mut().take(pt) {
+            if plan.is_pointwise(edge) {
+                // Subtask i feeds subtask i only: one channel each, so that no channel ties
+                // two pipelined regions together.
+                for (producer, consumer) in
+                    per_producer.iter_mut().zip(receivers[edge.to.0].iter_mut())
+                {
                     let (tx, rx) = ops.channel(config.channel_capacity);
                     producer.push(tx);
                     consumer.push(rx);
+                }
+            } else {
+                for producer in per_producer.iter_mut() {
+                    for consumer in receivers[edge.to.0].iter_mut().take(pt) {
+                        let (tx, rx) = ops.channel(config.channel_capacity);
+                        producer.push(tx);
+                        consumer.push(rx);
+                    }
                 }
             }
         }

@@ -2,7 +2,7 @@
 
 use crate::error::JobError;
 use crate::failover::{Connection, Exchange, Regions};
-use crate::graph::{Partitioning, StreamGraph};
+use crate::graph::{Edge, Partitioning, StreamGraph};
 use crate::job::JobConfig;
 use sluice_core::NodeId;
 
@@ -26,6 +26,17 @@ impl Plan {
             .sum()
     }
 
+    /// Whether `edge` pairs producer subtask `i` with consumer subtask `i` only (forward, or
+    /// the default partitioning between equal parallelisms): deployment then connects each
+    /// producer subtask to its one consumer subtask, and the two share a pipelined region.
+    pub(crate) fn is_pointwise(&self, edge: &Edge) -> bool {
+        match edge.partitioning {
+            Partitioning::Forward => true,
+            Partitioning::Default => self.parallelism[edge.from.0] == self.parallelism[edge.to.0],
+            _ => false,
+        }
+    }
+
     /// The pipelined regions of the planned tasks (numbered as deployment numbers them: chain by
     /// chain, subtask by subtask): the groups that fail over together.
     pub(crate) fn regions(&self, graph: &StreamGraph) -> Regions {
@@ -46,12 +57,7 @@ impl Plan {
             .zip(&self.chained)
             .filter(|(_, chained)| !**chained)
             .map(|(e, _)| {
-                let (pf, pt) = (self.parallelism[e.from.0], self.parallelism[e.to.0]);
-                let pointwise = match e.partitioning {
-                    Partitioning::Forward => true,
-                    Partitioning::Default => pf == pt,
-                    _ => false,
-                };
+                let pointwise = self.is_pointwise(e);
                 Exchange {
                     from: chain_of[e.from.0],
                     to: chain_of[e.to.0],
