@@ -489,6 +489,9 @@ mod tests {
             let bytes = sluice_core::codec::encode(&r).unwrap();
             let mut r: Reservoir<u64> = sluice_core::codec::decode(&bytes).unwrap();
             assert!(!r.plain);
+            // A decoded reservoir draws from a fresh random seed; the test fixes it so that its
+            // statistical bound is checked on the same draws every run.
+            r.rng = crate::rng::Rng::new(seed.wrapping_mul(0x9E37_79B9) ^ 0x5EED);
             (n / 2..n).for_each(|i| r.update(i));
             assert_eq!(r.items_seen(), n);
             all.extend_from_slice(r.samples());
