@@ -130,10 +130,7 @@ impl<T: Data> DataStream<T> {
     /// assert!(err.to_string().contains("got 120"), "{err}");
     /// ```
     pub fn reject_at_submit(self, reason: impl Into<String>) -> Self {
-        let (id, reason) = (self.node, reason.into());
-        self.env.with_graph(|g| {
-            g.nodes[id.0].config_error.get_or_insert(reason);
-        });
+        self.refuse(reason.into());
         self
     }
 
@@ -171,7 +168,7 @@ impl<T: Data> DataStream<T> {
     }
 
     /// Marks the operator producing this stream as misconfigured: submitting the job fails
-    /// with `message`, naming the operator.
+    /// with `message`, naming the operator (the first message recorded is kept).
     pub(crate) fn refuse(&self, message: String) {
         let id = self.node;
         self.env.with_graph(|g| {

@@ -20,10 +20,12 @@ pub(crate) struct Plan {
 impl Plan {
     /// How many tasks the plan runs: one per subtask of each chain.
     pub(crate) fn task_count(&self) -> usize {
-        self.chains
-            .iter()
-            .map(|c| c.first().map_or(0, |h| self.parallelism[h.0]))
-            .sum()
+        self.chains.iter().map(|c| self.chain_parallelism(c)).sum()
+    }
+
+    /// How many subtasks (tasks) `chain` runs: its head's parallelism.
+    fn chain_parallelism(&self, chain: &[NodeId]) -> usize {
+        chain.first().map_or(0, |h| self.parallelism[h.0])
     }
 
     /// Whether `edge` pairs producer subtask `i` with consumer subtask `i` only (forward, or
@@ -49,7 +51,7 @@ impl Plan {
         let parallelism: Vec<usize> = self
             .chains
             .iter()
-            .map(|c| c.first().map_or(0, |h| self.parallelism[h.0]))
+            .map(|c| self.chain_parallelism(c))
             .collect();
         let exchanges: Vec<Exchange> = graph
             .edges
