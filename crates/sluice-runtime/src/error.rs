@@ -113,7 +113,7 @@ impl fmt::Display for TaskFailure {
 }
 
 /// How a task ended badly, before the job master turns it into a [`JobError`].
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum TaskError {
     /// The root cause: user code failed.
     Failed(TaskFailure),

@@ -4,7 +4,7 @@ use crate::api::source::{Generator, GeneratorReader, IterReader};
 use crate::api::stream::DataStream;
 use crate::checkpoint::CheckpointSettings;
 use crate::error::JobError;
-use crate::failover::RestartStrategy;
+use crate::failover::{FailoverStrategy, RestartStrategy};
 use crate::graph::erased::{TypedOutput, TypedSource, TypedSourceHead};
 use crate::graph::{NodeKind, StreamGraph};
 use crate::job::submit::Submission;
@@ -46,6 +46,7 @@ struct Inner {
     graph: StreamGraph,
     checkpoints: Option<CheckpointSettings>,
     restart: Option<RestartStrategy>,
+    failover: FailoverStrategy,
     storage_dir: Option<PathBuf>,
     restore_from: Option<PathBuf>,
 }
@@ -130,6 +131,25 @@ impl StreamEnvironment {
     /// exponential backoff with it.
     pub fn set_restart_strategy(&self, strategy: RestartStrategy) -> &Self {
         self.lock().restart = Some(strategy);
+        self
+    }
+
+    /// What a task failure restarts (Flink's `jobmanager.execution.failover-strategy`). Default:
+    /// [`FailoverStrategy::Region`], only the failed task's pipelined region (the tasks it
+    /// exchanges records with, directly or through others), while the rest of the job keeps
+    /// running; [`FailoverStrategy::Full`] restarts every task. Either way the restarted tasks
+    /// restore the latest completed checkpoint, and each restart counts against the restart
+    /// strategy.
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_runtime::failover::FailoverStrategy;
+    ///
+    /// let env = StreamEnvironment::new();
+    /// env.set_failover_strategy(FailoverStrategy::Full);
+    /// ```
+    pub fn set_failover_strategy(&self, strategy: FailoverStrategy) -> &Self {
+        self.lock().failover = strategy;
         self
     }
 
@@ -233,6 +253,7 @@ impl StreamEnvironment {
             config: &inner.config,
             checkpoints: inner.checkpoints.as_ref(),
             restart: inner.restart,
+            failover: inner.failover,
             storage_dir: inner.storage_dir.as_deref(),
             restore_from: inner.restore_from.as_deref(),
         };

@@ -51,6 +51,9 @@ pub(crate) enum AbortReason {
     },
     /// The job failed or is restarting.
     JobFailed,
+    /// A pipelined region failed and restarts: its tasks cannot acknowledge, and what they
+    /// acknowledged belongs to the attempt that failed.
+    RegionFailed,
 }
 
 impl AbortReason {
@@ -82,6 +85,7 @@ impl fmt::Display for AbortReason {
             AbortReason::PersistFailed(reason) => write!(f, "it could not be written: {reason}"),
             AbortReason::Subsumed { by } => write!(f, "subsumed by checkpoint {by}"),
             AbortReason::JobFailed => write!(f, "the job failed"),
+            AbortReason::RegionFailed => write!(f, "a pipelined region of the job failed"),
         }
     }
 }
@@ -146,6 +150,8 @@ pub(crate) struct CheckpointPlanner {
     last_end_ms: Option<u64>,
     requested: bool,
     finished: BTreeSet<TaskIndex>,
+    /// Tasks of failed regions not running again yet: no checkpoint starts until they are.
+    down: BTreeSet<TaskIndex>,
     final_id: Option<CheckpointId>,
     start_ms: u64,
 }
@@ -167,6 +173,7 @@ impl CheckpointPlanner {
             last_end_ms: None,
             requested: false,
             finished: BTreeSet::new(),
+            down: BTreeSet::new(),
             final_id: None,
             start_ms: 0,
         }
@@ -180,12 +187,38 @@ impl CheckpointPlanner {
     /// Resets for a restarted job at `now_ms`: every pending checkpoint is aborted (their ids are
     /// never reused) and every task counts as running again.
     pub(crate) fn on_restart(&mut self, now_ms: u64) -> Vec<Decision> {
-        let out = self.abort_all();
+        let out = self.abort_all(AbortReason::JobFailed);
         self.finished.clear();
+        self.down.clear();
         self.final_id = None;
         self.last_trigger_ms = None;
         self.start_ms = now_ms;
         out
+    }
+
+    /// The tasks `tasks` (one pipelined region) failed and will restart: every pending
+    /// checkpoint is aborted (Flink aborts them on any failover, so that a checkpoint holding
+    /// state of the failed attempt can never complete), the tasks count as running again (not
+    /// finished), and no checkpoint starts until [`on_region_restored`](Self::on_region_restored).
+    pub(crate) fn on_region_failed(&mut self, tasks: &[TaskIndex]) -> Vec<Decision> {
+        let out = self.abort_all(AbortReason::RegionFailed);
+        for t in tasks {
+            self.finished.remove(t);
+            self.down.insert(*t);
+        }
+        self.final_id = None;
+        out
+    }
+
+    /// The tasks of a failed region run again, restored; checkpoints resume (the next one is
+    /// due one interval after `now_ms`, as after a restart).
+    pub(crate) fn on_region_restored(&mut self, tasks: &[TaskIndex], now_ms: u64) {
+        for t in tasks {
+            self.down.remove(t);
+        }
+        if self.down.is_empty() {
+            self.last_trigger_ms = Some(now_ms);
+        }
     }
 
     /// Whether checkpoint `id` is in progress.
@@ -220,7 +253,10 @@ impl CheckpointPlanner {
     }
 
     fn trigger_due_ms(&self) -> Option<u64> {
-        if self.pending.len() >= self.settings.max_concurrent || self.final_id.is_some() {
+        if self.pending.len() >= self.settings.max_concurrent
+            || self.final_id.is_some()
+            || !self.down.is_empty()
+        {
             return None;
         }
         if self.finished.len() == self.tasks {
@@ -379,12 +415,12 @@ impl CheckpointPlanner {
         out
     }
 
-    fn abort_all(&mut self) -> Vec<Decision> {
+    fn abort_all(&mut self, reason: AbortReason) -> Vec<Decision> {
         std::mem::take(&mut self.pending)
             .into_keys()
             .map(|id| Decision::Abort {
                 id,
-                reason: AbortReason::JobFailed,
+                reason: reason.clone(),
             })
             .collect()
     }

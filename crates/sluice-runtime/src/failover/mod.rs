@@ -8,10 +8,10 @@
 //! every rule is a plain unit test. When the strategy gives up, the job fails with
 //! [`RestartsExhausted`].
 //!
-//! Sluice restarts globally: on any task failure every task is stopped and every task is restored
-//! from the same checkpoint. Flink's region failover (restarting only the pipelined region of the
-//! failed task) is a later step; the strategies here would apply to it unchanged, and
-//! `regions.rs` already computes the regions (the groups of tasks that must restart together).
+//! What a failure restarts is the [`FailoverStrategy`] (`scope.rs`): by default only the failed
+//! task's pipelined region (`regions.rs` computes the regions, the groups of tasks that must
+//! restart together), or every task. The restart strategy decides the same way for both: a
+//! region restart counts as one restart.
 //!
 //! For example, `RestartStrategy::fixed_delay(2, 1 s)` decides (unit test
 //! `worked_example_fixed_delay`):
@@ -32,9 +32,12 @@
 
 mod error;
 mod regions;
+mod scope;
 mod strategy;
 
 pub use error::{RestartStrategyError, RestartsExhausted};
 pub(crate) use regions::{Connection, Exchange, Regions};
+pub use scope::FailoverStrategy;
+pub(crate) use scope::RestartScope;
 pub use strategy::{ExponentialBackoff, RestartStrategy};
 pub(crate) use strategy::{FailureHistory, RestartDecision};

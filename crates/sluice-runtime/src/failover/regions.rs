@@ -50,6 +50,8 @@ pub(crate) struct Exchange {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Regions {
     members: Vec<Vec<usize>>,
+    /// The region of each task.
+    region_of: Vec<usize>,
 }
 
 impl Regions {
@@ -87,6 +89,7 @@ impl Regions {
         }
         let mut numbering: BTreeMap<usize, usize> = BTreeMap::new();
         let mut members: Vec<Vec<usize>> = Vec::new();
+        let mut region_of = Vec::with_capacity(tasks);
         for t in 0..tasks {
             let root = sets.find(t);
             let region = *numbering.entry(root).or_insert_with(|| {
@@ -94,8 +97,14 @@ impl Regions {
                 members.len() - 1
             });
             members[region].push(t);
+            region_of.push(region);
         }
-        Regions { members }
+        Regions { members, region_of }
+    }
+
+    /// The region `task` belongs to (`None` for an unknown task).
+    pub(crate) fn region_of(&self, task: usize) -> Option<usize> {
+        self.region_of.get(task).copied()
     }
 
     /// How many regions there are.
@@ -162,7 +171,9 @@ mod tests {
     }
 
     fn region_of(r: &Regions, task: usize) -> Option<usize> {
-        (0..r.len()).find(|&i| r.tasks(i).contains(&task))
+        let found = (0..r.len()).find(|&i| r.tasks(i).contains(&task));
+        assert_eq!(found, r.region_of(task), "the index agrees with the members");
+        found
     }
 
     #[test]

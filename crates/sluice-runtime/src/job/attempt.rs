@@ -23,9 +23,15 @@
 //!    subtask sent before it exited is handled) and only then is the attempt finished; a
 //!    coordinator failure before that fails it. A stop with savepoint finishes the tasks once
 //!    its checkpoint completed and ends the attempt as stopped.
-//! 5. **The first failure ends the attempt**: a task failure, a coordinator failure, or a lost
-//!    coordinator event. Facts after the end are ignored, so a late persist of a checkpoint of a
-//!    failed attempt changes nothing.
+//! 5. **A task failure restarts its region** under region failover (the default): every pending
+//!    checkpoint is aborted, the region's tasks count as down (no checkpoint starts, their exits
+//!    do not count towards the end of the job) and the master is asked to restart them; when it
+//!    reports them restored they run again. The rest of the job keeps running. Under full
+//!    failover, when the region is the whole job, or once the tasks were told to finish, a task
+//!    failure ends the attempt instead.
+//! 6. **Any other failure ends the attempt**: a coordinator failure, a lost coordinator event,
+//!    too many failed checkpoints. Facts after the end are ignored, so a late persist of a
+//!    checkpoint of a failed attempt changes nothing.
 //!
 //! A worked example, one source task, no coordinators:
 //!
@@ -45,9 +51,10 @@ use crate::checkpoint::{
     TaskIndex,
 };
 use crate::error::{JobError, TaskError};
+use crate::failover::{FailoverStrategy, Regions, RestartScope};
 use crate::task::control::{DeclineReason, TaskReport};
 use sluice_core::{CheckpointBarrier, CheckpointId, NodeId, SubtaskIndex};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Identifies one request made through the job handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -100,6 +107,10 @@ pub(crate) struct Layout {
     pub(crate) tasks: usize,
     /// Whether any operator has a coordinator.
     pub(crate) has_coordinators: bool,
+    /// The job's pipelined regions.
+    pub(crate) regions: Regions,
+    /// What a task failure restarts.
+    pub(crate) failover: FailoverStrategy,
 }
 
 /// Something the master observed.
@@ -113,10 +124,12 @@ pub(crate) enum Fact {
     Cancel,
     /// A task reported.
     Report(TaskReport),
-    /// A task ended without error.
-    TaskExited,
-    /// A task failed.
-    TaskFailed(TaskError),
+    /// Task `task` ended without error.
+    TaskExited(TaskIndex),
+    /// Task `task` failed.
+    TaskFailed(TaskIndex, TaskError),
+    /// The tasks of a failed region run again, restored from the latest completed checkpoint.
+    RegionRestored(Vec<TaskIndex>),
     /// Every coordinator took its part of checkpoint `id`.
     CoordinatorsSnapshotted {
         id: CheckpointId,
@@ -150,6 +163,8 @@ pub(crate) enum AttemptEnd {
     TaskFailed(TaskError),
     /// Anything else failed.
     Failed(JobError),
+    /// A region failed and the restart strategy gave up: the job fails with this error.
+    GaveUp(JobError),
 }
 
 /// Something the master must do.
@@ -178,6 +193,13 @@ pub(crate) enum Action {
     RequestTriggered(RequestId, CheckpointId),
     /// Tell the requester how its checkpoint ended.
     RequestDone(RequestId, Result<CheckpointId, String>),
+    /// Stop the tasks `tasks` (one pipelined region; `cause` is the failure of one of them) and
+    /// restart them from the latest completed checkpoint, as the restart strategy allows; report
+    /// back with [`Fact::RegionRestored`].
+    RestartRegion {
+        tasks: Vec<TaskIndex>,
+        cause: TaskError,
+    },
     /// Tell every task to end.
     FinishTasks,
     /// Flush every coordinator; report back with [`Fact::CoordinatorsFlushed`].
@@ -207,7 +229,10 @@ pub(crate) struct AttemptMachine {
     requests: BTreeMap<CheckpointId, Vec<(RequestId, RequestKind)>>,
     /// The savepoint a stop waits for to end the job, once it completed.
     stopped_at: Option<CheckpointId>,
-    running: usize,
+    /// Tasks running (not exited, not down).
+    running: BTreeSet<TaskIndex>,
+    /// Tasks of failed regions the master is restarting.
+    down: BTreeSet<TaskIndex>,
     /// Every task was told to finish.
     finishing: bool,
     flushing: bool,
@@ -227,7 +252,8 @@ impl AttemptMachine {
             .as_mut()
             .map(|c| c.planner.on_restart(now_ms))
             .unwrap_or_default();
-        let running = layout.tasks;
+        let running: BTreeSet<TaskIndex> = (0..layout.tasks).collect();
+        let empty = running.is_empty();
         let mut m = AttemptMachine {
             layout,
             checkpoints,
@@ -238,13 +264,14 @@ impl AttemptMachine {
             requests: BTreeMap::new(),
             stopped_at: None,
             running,
+            down: BTreeSet::new(),
             finishing: false,
             flushing: false,
             ended: false,
         };
         let mut out = Vec::new();
         m.apply(decisions, now_ms, &mut out);
-        if running == 0 {
+        if empty {
             m.all_exited(&mut out);
         }
         (m, out)
@@ -265,7 +292,6 @@ impl AttemptMachine {
     }
 
     /// The checkpoint a restart would restore.
-    #[cfg(test)]
     pub(crate) fn latest(&self) -> Option<&CompletedCheckpoint> {
         self.checkpoints.as_ref().and_then(|c| c.latest.as_ref())
     }
@@ -303,18 +329,31 @@ impl AttemptMachine {
             Fact::Requested(request, kind) => self.on_request(request, kind, now_ms, &mut out),
             Fact::Cancel => self.end(AttemptEnd::Cancelled, &mut out),
             Fact::Report(report) => self.on_report(report, now_ms, &mut out),
-            Fact::TaskExited => {
-                self.running = self.running.saturating_sub(1);
-                if self.running == 0 {
+            Fact::TaskExited(task) => {
+                self.running.remove(&task);
+                if self.running.is_empty() && self.down.is_empty() {
                     self.all_exited(&mut out);
                 }
             }
             // Told to finish, a task may end before its peers read their last message: a peer
             // that lost its channel then is not a failure.
-            Fact::TaskFailed(e) if self.finishing && !e.is_root_cause() => {
-                return self.on(Fact::TaskExited, now_ms);
+            Fact::TaskFailed(task, e) if self.finishing && !e.is_root_cause() => {
+                return self.on(Fact::TaskExited(task), now_ms);
             }
-            Fact::TaskFailed(e) => self.end(AttemptEnd::TaskFailed(e), &mut out),
+            // A consequence of a region failure already being handled (a peer in the region
+            // stopped first) changes nothing.
+            Fact::TaskFailed(task, _) if self.down.contains(&task) => {}
+            Fact::TaskFailed(task, e) => self.on_task_failed(task, e, now_ms, &mut out),
+            Fact::RegionRestored(tasks) => {
+                for t in &tasks {
+                    if self.down.remove(t) {
+                        self.running.insert(*t);
+                    }
+                }
+                if let Some(c) = self.checkpoints.as_mut() {
+                    c.planner.on_region_restored(&tasks, now_ms);
+                }
+            }
             Fact::CoordinatorFailed(e) => self.end(AttemptEnd::Failed(e), &mut out),
             // An event lost to a task that finished on request is of no consequence.
             Fact::EventLost(_) if self.finishing => {}
@@ -363,6 +402,35 @@ impl AttemptMachine {
             }
         }
         out
+    }
+
+    /// Task `task` failed: restart its region, or end the attempt (see rule 5).
+    fn on_task_failed(
+        &mut self,
+        task: TaskIndex,
+        e: TaskError,
+        now_ms: u64,
+        out: &mut Vec<Action>,
+    ) {
+        let scope = if self.finishing {
+            RestartScope::All
+        } else {
+            self.layout.failover.scope(&self.layout.regions, task)
+        };
+        let tasks = match scope {
+            RestartScope::All => return self.end(AttemptEnd::TaskFailed(e), out),
+            RestartScope::Region(tasks) => tasks,
+        };
+        for t in &tasks {
+            self.running.remove(t);
+            self.down.insert(*t);
+        }
+        // Checkpoints in progress can no longer complete; their requests are answered.
+        let d = self.planner_do(|p| p.on_region_failed(&tasks));
+        self.apply(d, now_ms, out);
+        if !self.ended {
+            out.push(Action::RestartRegion { tasks, cause: e });
+        }
     }
 
     fn planner_do(

@@ -537,27 +537,7 @@ impl Coordinators {
         for h in &mut self.holders {
             h.direct.set(None);
             for s in 0..h.parallelism {
-                if let Some(attempt) = h.attempts[s].take() {
-                    let target = SubtaskAttempt::new(s, attempt);
-                    let failed = {
-                        let mut st = lock(&h.shared.state);
-                        st.mailboxes.remove(&target);
-                        st.valve.attempt_failed(target)
-                    };
-                    for (id, _) in failed.dropped {
-                        let ack = lock(&h.shared.state).waiting.remove(&id);
-                        if let Some(ack) = ack {
-                            ack.fail(SendError::TaskNotRunning { target });
-                        }
-                    }
-                    h.live.attempt_failed(s, attempt);
-                    h.coordinator
-                        .execution_attempt_failed(s, attempt, Some(reason.to_string()))
-                        .await
-                        .map_err(|e| {
-                            coordinator_error(h.node, &h.name, "take a subtask failure", e)
-                        })?;
-                }
+                Self::subtask_failed(h, s, reason).await?;
             }
             {
                 let _order = lock(&h.shared.order);
@@ -572,6 +552,88 @@ impl Coordinators {
                 .reset_to_checkpoint(id, state)
                 .await
                 .map_err(|e| coordinator_error(h.node, &h.name, "reset", e))?;
+        }
+        Ok(())
+    }
+
+    /// Subtask `s`'s running attempt (if any) failed or was stopped: its mailbox and the events
+    /// the valve held for it go, and the coordinator sees it not ready.
+    async fn subtask_failed(h: &mut Holder, s: SubtaskIndex, reason: &str) -> Result<(), JobError> {
+        let Some(attempt) = h.attempts[s].take() else {
+            return Ok(());
+        };
+        let target = SubtaskAttempt::new(s, attempt);
+        let failed = {
+            let mut st = lock(&h.shared.state);
+            st.mailboxes.remove(&target);
+            st.valve.attempt_failed(target)
+        };
+        for (id, _) in failed.dropped {
+            let ack = lock(&h.shared.state).waiting.remove(&id);
+            if let Some(ack) = ack {
+                ack.fail(SendError::TaskNotRunning { target });
+            }
+        }
+        h.live.attempt_failed(s, attempt);
+        h.coordinator
+            .execution_attempt_failed(s, attempt, Some(reason.to_string()))
+            .await
+            .map_err(|e| coordinator_error(h.node, &h.name, "take a subtask failure", e))
+    }
+
+    /// The subtasks in `subtasks` (one failed region's, as (operator, subtask)) were stopped:
+    /// their coordinators see each attempt fail, the rest of the job is untouched.
+    pub(crate) async fn subtasks_failed(
+        &mut self,
+        subtasks: &[(NodeId, SubtaskIndex)],
+        reason: &str,
+    ) -> Result<(), JobError> {
+        for h in &mut self.holders {
+            for &(node, s) in subtasks {
+                if node == h.node && s < h.parallelism {
+                    Self::subtask_failed(h, s, reason).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The subtasks of a failed region run again as `attempt`, restored from checkpoint
+    /// `restored` (`NO_CHECKPOINT` when none completed): each coordinator is told the subtask was
+    /// reset to that checkpoint (Flink's `subtaskReset`, where a source coordinator takes back the
+    /// splits assigned since), then that the new attempt is ready, with a gateway to it.
+    /// `mailboxes` holds the region's (operator, subtask) mailboxes.
+    pub(crate) async fn subtasks_restored(
+        &mut self,
+        attempt: AttemptNumber,
+        restored: CheckpointId,
+        mailboxes: &BTreeMap<(NodeId, SubtaskIndex), mpsc::Sender<TaskControl>>,
+    ) -> Result<(), JobError> {
+        for h in &mut self.holders {
+            for (&(node, s), tx) in mailboxes {
+                if node != h.node || s >= h.parallelism {
+                    continue;
+                }
+                h.coordinator
+                    .subtask_reset(s, restored)
+                    .await
+                    .map_err(|e| coordinator_error(h.node, &h.name, "reset a subtask", e))?;
+                h.live.subtask_reset(s);
+                let target = SubtaskAttempt::new(s, attempt);
+                {
+                    let mut st = lock(&h.shared.state);
+                    st.mailboxes.insert(target, tx.clone());
+                    st.valve.attempt_ready(target);
+                }
+                h.live.attempt_ready(s, attempt);
+                h.attempts[s] = Some(attempt);
+                let transport: Arc<dyn EventTransport> = Arc::new(ValveTransport(h.shared.clone()));
+                let gateway = SubtaskGateway::new(s, attempt, transport);
+                h.coordinator
+                    .execution_attempt_ready(s, attempt, gateway)
+                    .await
+                    .map_err(|e| coordinator_error(h.node, &h.name, "accept a ready subtask", e))?;
+            }
         }
         Ok(())
     }

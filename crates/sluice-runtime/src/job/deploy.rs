@@ -1,4 +1,9 @@
 //! Deployment: turn a planned graph into typed tasks connected by bounded channels.
+//!
+//! [`deploy`] builds every task of an attempt, or, after a region failure, only the tasks of one
+//! pipelined region ([`Scope::Region`]): the channels between them (a region has no channel to
+//! another, by definition), their restored state, and their mailboxes, reporting into the
+//! channels the running attempt already reads and counting into its metrics.
 
 use crate::checkpoint::CompletedCheckpoint;
 use crate::error::JobError;
@@ -12,9 +17,9 @@ use crate::operator::to_coordinator::{
 };
 use crate::operator::{ContextParts, OperatorContext};
 use crate::state::{OperatorState, redistribute};
-use crate::task::control::{TaskControl, TaskMailbox, TaskReport};
+use crate::task::control::{AttemptReport, TaskControl, TaskMailbox};
 use sluice_core::{AttemptNumber, NodeId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -25,6 +30,14 @@ pub(crate) struct MetricsRegistry {
 }
 
 impl MetricsRegistry {
+    /// The counters of operator `node`'s subtask `subtask`, if registered.
+    fn get(&self, node: NodeId, subtask: usize) -> Option<Arc<OperatorMetrics>> {
+        self.entries
+            .iter()
+            .find(|(id, _, s, _)| *id == node && *s == subtask)
+            .map(|(_, _, _, m)| m.clone())
+    }
+
     pub(crate) fn snapshot(&self) -> JobMetrics {
         JobMetrics {
             subtasks: self
@@ -38,6 +51,8 @@ impl MetricsRegistry {
 
 /// A task ready to spawn, with a human-readable description.
 pub(crate) struct DeployedTask {
+    /// Its index (chain by chain, subtask by subtask), as the planner and the regions number it.
+    pub(crate) index: usize,
     pub(crate) description: String,
     pub(crate) task: Box<dyn RunnableTask>,
 }
@@ -45,17 +60,62 @@ pub(crate) struct DeployedTask {
 /// Everything deployment built: the tasks and the master's ends of their mailboxes.
 pub(crate) struct Deployment {
     pub(crate) tasks: Vec<DeployedTask>,
+    /// The counters of the deployed subtasks (a fresh registry for a whole attempt; for a
+    /// region, the running attempt's counters are reused and this is empty).
     pub(crate) metrics: MetricsRegistry,
-    /// One control sender per task, in task order.
-    pub(crate) controls: Vec<mpsc::Sender<TaskControl>>,
-    /// Reports from every task.
-    pub(crate) reports: mpsc::Receiver<TaskReport>,
-    /// The indices of the tasks that run sources.
+    /// The control sender of each deployed task, in task order.
+    pub(crate) controls: Vec<(usize, mpsc::Sender<TaskControl>)>,
+    /// The indices of the deployed tasks that run sources.
     pub(crate) source_tasks: Vec<usize>,
-    /// The mailbox of the task running each (operator, subtask).
+    /// The mailbox of the task running each deployed (operator, subtask).
     pub(crate) node_mailboxes: BTreeMap<(NodeId, usize), mpsc::Sender<TaskControl>>,
-    /// Events from operators to their coordinators.
+}
+
+/// The master's ends of the channels every task of an attempt reports into.
+pub(crate) struct MasterChannels {
+    pub(crate) reports_tx: mpsc::Sender<AttemptReport>,
+    pub(crate) reports: mpsc::Receiver<AttemptReport>,
+    pub(crate) to_coordinator_tx: mpsc::Sender<ToCoordinator>,
     pub(crate) to_coordinators: mpsc::Receiver<ToCoordinator>,
+}
+
+impl MasterChannels {
+    /// Channels for `tasks` tasks with up to `max_concurrent_checkpoints` pending checkpoints.
+    ///
+    /// Tasks never wait to report: each sends at most one report per pending checkpoint and one
+    /// "finished" report. The channel holds that twice over, so that reports of a region's
+    /// stopped attempt still queued when its new attempt starts never make a live task wait.
+    pub(crate) fn new(tasks: usize, max_concurrent_checkpoints: Option<usize>) -> Self {
+        let per_task = max_concurrent_checkpoints.unwrap_or(1) + 2;
+        let (reports_tx, reports) = mpsc::channel(2 * tasks.max(1) * per_task + 1);
+        let (to_coordinator_tx, to_coordinators) = mpsc::channel(TO_COORDINATOR_CAPACITY);
+        MasterChannels {
+            reports_tx,
+            reports,
+            to_coordinator_tx,
+            to_coordinators,
+        }
+    }
+}
+
+/// Which tasks to deploy.
+pub(crate) enum Scope<'a> {
+    /// Every task, for a new attempt of the whole job.
+    All,
+    /// The tasks of one pipelined region, counting into the running attempt's metrics.
+    Region {
+        tasks: &'a BTreeSet<usize>,
+        metrics: &'a MetricsRegistry,
+    },
+}
+
+impl Scope<'_> {
+    fn includes(&self, task: usize) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Region { tasks, .. } => tasks.contains(&task),
+        }
+    }
 }
 
 /// Messages one task's mailbox holds before the master waits.
@@ -100,39 +160,71 @@ fn restored_shares(
     Ok(shares)
 }
 
-/// Builds every task of the job for `attempt`, restoring `restore` if given.
+/// What every deployment needs besides its scope.
+pub(crate) struct DeployInputs<'a> {
+    pub(crate) graph: &'a StreamGraph,
+    pub(crate) plan: &'a Plan,
+    pub(crate) config: &'a JobConfig,
+    /// With checkpointing: how many checkpoints may be in progress at once.
+    pub(crate) max_concurrent_checkpoints: Option<usize>,
+    pub(crate) direct_slots: &'a BTreeMap<NodeId, DirectSlot>,
+    pub(crate) reports_tx: &'a mpsc::Sender<AttemptReport>,
+    pub(crate) to_coordinator_tx: &'a mpsc::Sender<ToCoordinator>,
+}
+
+/// Builds the tasks in `scope` for `attempt`, restoring `restore` if given.
 pub(crate) fn deploy(
-    graph: &StreamGraph,
-    plan: &Plan,
-    config: &JobConfig,
+    inputs: &DeployInputs<'_>,
+    scope: Scope<'_>,
     attempt: AttemptNumber,
     restore: Option<&CompletedCheckpoint>,
-    // With checkpointing: how many checkpoints may be in progress at once.
-    max_concurrent_checkpoints: Option<usize>,
-    direct_slots: &BTreeMap<NodeId, DirectSlot>,
 ) -> Result<Deployment, JobError> {
+    let DeployInputs {
+        graph,
+        plan,
+        config,
+        max_concurrent_checkpoints,
+        direct_slots,
+        reports_tx,
+        to_coordinator_tx,
+    } = *inputs;
     let checkpointing = max_concurrent_checkpoints.is_some();
-    let max_concurrent_checkpoints = max_concurrent_checkpoints.unwrap_or(1);
     let mut shares = restored_shares(graph, plan, config, restore)?;
-    let (to_coordinator_tx, to_coordinators) = mpsc::channel(TO_COORDINATOR_CAPACITY);
     let mut node_mailboxes = BTreeMap::new();
-    let task_count = plan.task_count();
-    let (report_tx, reports) =
-        mpsc::channel(task_count.max(1) * (max_concurrent_checkpoints + 2) + 1);
-    let mut controls = Vec::with_capacity(task_count);
+    let mut controls = Vec::new();
     let mut source_tasks = Vec::new();
-    // Contexts and metrics, per node and subtask.
+    // The task of each (node, subtask): chain by chain, subtask by subtask.
+    let mut first_task = vec![0; graph.nodes.len()];
+    let mut next = 0;
+    for chain in &plan.chains {
+        for id in chain {
+            first_task[id.0] = next;
+        }
+        next += chain.first().map_or(0, |h| plan.parallelism[h.0]);
+    }
+    let included = |node: NodeId, s: usize| scope.includes(first_task[node.0] + s);
+    // Contexts and metrics, per node and subtask (`None` outside the scope).
     let mut registry = MetricsRegistry::default();
-    let contexts: Vec<Vec<OperatorContext>> = graph
+    let contexts: Vec<Vec<Option<OperatorContext>>> = graph
         .nodes
         .iter()
         .map(|n| {
             let p = plan.parallelism[n.id.0];
             (0..p)
                 .map(|s| {
-                    let m = Arc::new(OperatorMetrics::default());
-                    registry.entries.push((n.id, n.name.clone(), s, m.clone()));
-                    OperatorContext::new(ContextParts {
+                    if !included(n.id, s) {
+                        return None;
+                    }
+                    let m = match &scope {
+                        Scope::Region { metrics, .. } => metrics.get(n.id, s),
+                        Scope::All => None,
+                    };
+                    let m = m.unwrap_or_else(|| {
+                        let m = Arc::new(OperatorMetrics::default());
+                        registry.entries.push((n.id, n.name.clone(), s, m.clone()));
+                        m
+                    });
+                    Some(OperatorContext::new(ContextParts {
                         operator_id: n.id,
                         operator_name: n.name.clone(),
                         subtask_index: s,
@@ -145,11 +237,18 @@ pub(crate) fn deploy(
                             master: to_coordinator_tx.clone(),
                             direct: direct_slots.get(&n.id).cloned().unwrap_or_default(),
                         }),
-                    })
+                    }))
                 })
                 .collect()
         })
         .collect();
+    let context = |node: NodeId, s: usize| -> Result<OperatorContext, JobError> {
+        contexts[node.0][s].clone().ok_or_else(|| {
+            JobError::Internal(format!(
+                "subtask {s} of operator {node} is deployed but outside the deployed region"
+            ))
+        })
+    };
 
     // Channels of every network edge: senders[edge][producer subtask] and
     // receivers[node][consumer subtask], in input-edge order.
@@ -168,15 +267,24 @@ pub(crate) fn deploy(
             if plan.is_pointwise(edge) {
                 // Subtask i feeds subtask i only: one channel each, so that no channel ties
                 // two pipelined regions together.
-                for (producer, consumer) in
-                    per_producer.iter_mut().zip(receivers[edge.to.0].iter_mut())
+                for (i, (producer, consumer)) in per_producer
+                    .iter_mut()
+                    .zip(receivers[edge.to.0].iter_mut())
+                    .enumerate()
                 {
+                    if !included(edge.from, i) {
+                        continue;
+                    }
                     let (tx, rx) = ops.channel(config.channel_capacity);
                     producer.push(tx);
                     consumer.push(rx);
                 }
             } else {
-                for producer in per_producer.iter_mut() {
+                // All-to-all: a region holds every subtask on both sides or none.
+                for (i, producer) in per_producer.iter_mut().enumerate() {
+                    if !included(edge.from, i) {
+                        continue;
+                    }
                     for consumer in receivers[edge.to.0].iter_mut().take(pt) {
                         let (tx, rx) = ops.channel(config.channel_capacity);
                         producer.push(tx);
@@ -200,13 +308,17 @@ pub(crate) fn deploy(
             .collect();
         let chain_name = names.join(" -> ");
         for s in 0..p {
+            let task_index = first_task[head.0] + s;
+            if !scope.includes(task_index) {
+                continue;
+            }
             let tail_node = &graph.nodes[tail.0];
             let mut outs = Vec::with_capacity(tail_node.outputs.len());
             for &e in &tail_node.outputs {
                 let tx = std::mem::take(&mut senders[e][s]);
                 outs.push(graph.edges[e].writer.build_writer(
                     tx,
-                    contexts[tail.0][s].clone(),
+                    context(tail, s)?,
                     config.batch_size,
                     config.max_parallelism,
                 )?);
@@ -221,26 +333,26 @@ pub(crate) fn deploy(
             for id in chain.iter().rev() {
                 if let NodeKind::Operator(f) = &graph.nodes[id.0].kind {
                     let restored = shares[id.0][s].take();
-                    next = f.build_stage(contexts[id.0][s].clone(), next, restored)?;
+                    next = f.build_stage(context(*id, s)?, next, restored)?;
                 }
             }
-            let task_index = tasks.len();
             let (control_tx, control) = mpsc::channel(CONTROL_CAPACITY);
             for id in chain {
                 node_mailboxes.insert((*id, s), control_tx.clone());
             }
-            controls.push(control_tx);
+            controls.push((task_index, control_tx));
             let mailbox = TaskMailbox {
                 task: task_index,
+                attempt,
                 control,
-                reports: report_tx.clone(),
+                reports: reports_tx.clone(),
                 checkpointing,
             };
             let parts = TaskParts {
                 metrics: chain
                     .iter()
-                    .map(|id| contexts[id.0][s].metrics().clone())
-                    .collect(),
+                    .map(|id| context(*id, s).map(|c| c.metrics().clone()))
+                    .collect::<Result<_, _>>()?,
                 description: format!("task '{chain_name}', subtask {s} of {p}"),
                 batch_size: config.batch_size,
                 mailbox,
@@ -250,23 +362,25 @@ pub(crate) fn deploy(
                 NodeKind::Source(f) => {
                     source_tasks.push(task_index);
                     let restored = shares[head.0][s].take();
-                    f.build_task(contexts[head.0][s].clone(), next, parts, restored)?
+                    f.build_task(context(head, s)?, next, parts, restored)?
                 }
                 NodeKind::Operator(f) => {
                     let rx = std::mem::take(&mut receivers[head.0][s]);
                     f.build_task(rx, next, parts)?
                 }
             };
-            tasks.push(DeployedTask { description, task });
+            tasks.push(DeployedTask {
+                index: task_index,
+                description,
+                task,
+            });
         }
     }
     Ok(Deployment {
         tasks,
         metrics: registry,
         controls,
-        reports,
         source_tasks,
         node_mailboxes,
-        to_coordinators,
     })
 }

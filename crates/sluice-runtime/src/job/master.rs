@@ -5,14 +5,23 @@
 //! checkpoint writes, requests from the job handle, the machine's next deadline, cancel), turns
 //! what arrives into a [`Fact`], and carries out the [`Action`]s the machine answers with. Every
 //! decision (when to trigger, when a checkpoint completes, what a failure means, when the job is
-//! finished) is the machine's; this file is the I/O at its edge. Between attempts the restart
-//! strategy decides whether to restart; every task of a failed attempt is stopped and awaited
-//! first (global failover), so no task of an old attempt keeps running.
+//! finished) is the machine's; this file is the I/O at its edge.
+//!
+//! Failover comes in two sizes. When the machine asks to restart one pipelined region (region
+//! failover, the default), the master stops that region's tasks and waits until each has
+//! stopped, asks the restart strategy, and after its delay deploys the region alone, restored
+//! from the latest completed checkpoint, as a new attempt of those tasks; the coordinators see
+//! the old attempts fail, the subtasks reset, and the new attempts ready. The rest of the job
+//! keeps running throughout. When an attempt ends in failure (full failover), every task is
+//! stopped and awaited before the restart strategy decides, so no task of an old attempt keeps
+//! running, and the whole job is deployed again. Attempt numbers never repeat: each deployment,
+//! of a region or of the whole job, takes the next one, and reports and exits of stopped
+//! attempts are dropped.
 
 use crate::checkpoint::persistence::{CheckpointRun, load_restore};
 use crate::checkpoint::{CheckpointPlanner, CompletedCheckpoint};
 use crate::error::{JobError, TaskError};
-use crate::failover::{FailureHistory, RestartDecision, RestartStrategy};
+use crate::failover::{FailoverStrategy, FailureHistory, Regions, RestartDecision, RestartStrategy};
 use crate::graph::StreamGraph;
 use crate::job::JobConfig;
 use crate::job::attempt::{
@@ -20,20 +29,22 @@ use crate::job::attempt::{
     RequestKind,
 };
 use crate::job::coordination::{Coordinators, reported_failure};
-use crate::job::deploy::{Deployment, MetricsRegistry, deploy};
+use crate::job::deploy::{
+    DeployInputs, DeployedTask, Deployment, MasterChannels, MetricsRegistry, Scope, deploy,
+};
 use crate::job::plan::Plan;
 use crate::metrics::JobMetrics;
-use crate::operator::to_coordinator::ToCoordinator;
-use crate::task::control::{TaskControl, TaskReport};
+use crate::operator::to_coordinator::{DirectSlot, ToCoordinator};
+use crate::task::control::{AttemptReport, TaskControl};
 use futures::future::BoxFuture;
 use sluice_coordinator::CoordinatorFailure;
 use sluice_core::sync::lock;
 use sluice_core::{AttemptNumber, CheckpointId, NodeId};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -44,6 +55,8 @@ pub(crate) struct JobSpec {
     pub(crate) config: JobConfig,
     pub(crate) checkpointing: Option<CheckpointRun>,
     pub(crate) restart: RestartStrategy,
+    /// What a task failure restarts.
+    pub(crate) failover: FailoverStrategy,
     /// Where to restore from before the first attempt (a checkpoint or storage directory).
     pub(crate) restore_path: Option<std::path::PathBuf>,
 }
@@ -129,7 +142,8 @@ pub(crate) async fn run_job(
             .map(|r| regions.tasks(r).len())
             .max()
             .unwrap_or(0),
-        "job planned; a failure restarts every task (global failover)"
+        failover = %spec.failover,
+        "job planned"
     );
     let (failure_tx, mut coordinator_failures) = mpsc::channel(16);
     let mut coordinators = Coordinators::create(&spec.graph, &spec.plan, failure_tx)?;
@@ -137,15 +151,21 @@ pub(crate) async fn run_job(
     coordinators
         .start(restored.as_ref().map(|(id, m)| (*id, &**m)))
         .await?;
-    let mut history = FailureHistory::new();
+    let mut failover = FailoverState {
+        history: FailureHistory::new(),
+        next_attempt: 1,
+        restarts: 0,
+    };
     let mut attempt: AttemptNumber = 0;
     let mut requests = Requests::default();
     let result = loop {
         let ctx = AttemptContext {
             spec: &spec,
+            regions: &regions,
             attempt,
             start,
             restore: restore_point(checkpoints.as_ref(), restore.as_ref()),
+            initial: restore.as_ref(),
         };
         let (end, back) = ctx
             .run(
@@ -154,9 +174,11 @@ pub(crate) async fn run_job(
                 &mut coordinator_failures,
                 &mut inputs,
                 &mut requests,
+                &mut failover,
             )
             .await;
         checkpoints = back;
+        summary.restarts = failover.restarts;
         if let Some(c) = &checkpoints {
             summary.checkpoints = c.counts;
             summary.last_checkpoint = c.latest.as_ref().map(|l| l.id);
@@ -170,22 +192,14 @@ pub(crate) async fn run_job(
             AttemptEnd::Cancelled => break Err(JobError::Cancelled),
             AttemptEnd::TaskFailed(e) => e.into_job_error(),
             AttemptEnd::Failed(e) => e,
+            AttemptEnd::GaveUp(e) => break Err(e),
         };
-        match spec.restart.on_failure(&mut history, start.elapsed()) {
-            RestartDecision::GiveUp { attempts } => {
-                break Err(if attempts == 0 && spec.restart.is_none() {
-                    err
-                } else {
-                    JobError::RestartsExhausted {
-                        attempts,
-                        last: Box::new(err),
-                    }
-                });
-            }
-            RestartDecision::Restart { after } => {
-                tracing::warn!(error = %err, attempt, ?after, "job failed; restarting");
-                summary.restarts += 1;
-                attempt += 1;
+        match failover.decide(&spec.restart, err, start.elapsed()) {
+            Err(e) => break Err(e),
+            Ok((err, after)) => {
+                tracing::warn!(error = %err, attempt, ?after, "job failed; restarting every task");
+                summary.restarts = failover.restarts;
+                attempt = failover.take_attempt();
                 let point = restore_point(checkpoints.as_ref(), restore.as_ref());
                 let restored = point.map(|r| (r.id, r.coordinators));
                 if let Err(e) = coordinators
@@ -206,6 +220,49 @@ pub(crate) async fn run_job(
     };
     coordinators.close().await;
     result.map(|()| summary)
+}
+
+/// What failover keeps from attempt to attempt: the failure history the restart strategy reads,
+/// the next attempt number, and the restarts so far (of regions and of the whole job).
+struct FailoverState {
+    history: FailureHistory,
+    next_attempt: AttemptNumber,
+    restarts: u32,
+}
+
+impl FailoverState {
+    /// Records failure `err` and asks `strategy`: the delay before the restart (counted), or the
+    /// job's final error.
+    fn decide(
+        &mut self,
+        strategy: &RestartStrategy,
+        err: JobError,
+        elapsed: Duration,
+    ) -> Result<(JobError, Duration), JobError> {
+        match strategy.on_failure(&mut self.history, elapsed) {
+            RestartDecision::GiveUp { attempts } => {
+                Err(if attempts == 0 && strategy.is_none() {
+                    err
+                } else {
+                    JobError::RestartsExhausted {
+                        attempts,
+                        last: Box::new(err),
+                    }
+                })
+            }
+            RestartDecision::Restart { after } => {
+                self.restarts += 1;
+                Ok((err, after))
+            }
+        }
+    }
+
+    /// The attempt number of the next deployment.
+    fn take_attempt(&mut self) -> AttemptNumber {
+        let a = self.next_attempt;
+        self.next_attempt += 1;
+        a
+    }
 }
 
 /// Where an attempt restores from: the latest completed checkpoint, or else the one the job was
@@ -291,9 +348,70 @@ impl Requests {
 /// One attempt: what it runs and where it restores from.
 struct AttemptContext<'a> {
     spec: &'a JobSpec,
+    regions: &'a Regions,
     attempt: AttemptNumber,
     start: Instant,
     restore: Option<CompletedCheckpoint>,
+    /// The checkpoint the job started from, if any (restored when none completed since).
+    initial: Option<&'a CompletedCheckpoint>,
+}
+
+/// A failed region on its way back: its tasks stopping, then the restart delay.
+struct RegionRestart {
+    tasks: Vec<usize>,
+    /// Why it failed (a root cause among its tasks' failures, when one arrives).
+    cause: TaskError,
+    /// Tasks of the region not stopped yet.
+    stopping: BTreeSet<usize>,
+    /// When to deploy it again, once every task stopped and the restart strategy agreed.
+    due: Option<Instant>,
+}
+
+/// The tasks of the running attempt: their futures, and which attempt each runs.
+struct RunningTasks {
+    set: JoinSet<Result<(), TaskError>>,
+    ids: HashMap<tokio::task::Id, (usize, AttemptNumber)>,
+    handles: Vec<Option<AbortHandle>>,
+    attempts: Vec<AttemptNumber>,
+}
+
+impl RunningTasks {
+    fn new(tasks: usize, attempt: AttemptNumber) -> Self {
+        RunningTasks {
+            set: JoinSet::new(),
+            ids: HashMap::new(),
+            handles: (0..tasks).map(|_| None).collect(),
+            attempts: vec![attempt; tasks],
+        }
+    }
+
+    fn spawn(&mut self, t: DeployedTask, attempt: AttemptNumber) {
+        let (index, description) = (t.index, t.description);
+        let fut = t.task.run();
+        let handle = self.set.spawn(async move {
+            let r = fut.await;
+            if let Err(e) = &r {
+                tracing::debug!(task = %description, error = ?e, "task failed");
+            }
+            r
+        });
+        self.ids.insert(handle.id(), (index, attempt));
+        if let Some(slot) = self.handles.get_mut(index) {
+            *slot = Some(handle);
+        }
+        if let Some(slot) = self.attempts.get_mut(index) {
+            *slot = attempt;
+        }
+    }
+}
+
+/// What the master waits for besides facts for the machine.
+enum Next {
+    Fact(Fact),
+    /// Every task of the failed region at this index of the restarts stopped.
+    RegionStopped(usize),
+    /// The failed region at this index is due to be deployed again.
+    RegionDue(usize),
 }
 
 /// Every coordinator's state at one checkpoint.
@@ -303,6 +421,8 @@ type CoordinatorStates = BTreeMap<NodeId, Vec<u8>>;
 struct AttemptIo<'a> {
     attempt: AttemptNumber,
     start: Instant,
+    spec: &'a JobSpec,
+    initial: Option<&'a CompletedCheckpoint>,
     checkpointing: Option<&'a CheckpointRun>,
     controls: Vec<mpsc::Sender<TaskControl>>,
     source_tasks: Vec<usize>,
@@ -312,6 +432,19 @@ struct AttemptIo<'a> {
     snapshots: JoinSet<(CheckpointId, Result<CoordinatorStates, String>)>,
     persisting: JoinSet<(CheckpointId, Result<(), String>)>,
     requests: &'a mut Requests,
+    failover: &'a mut FailoverState,
+    running: RunningTasks,
+    /// Failed regions on their way back.
+    restarting: Vec<RegionRestart>,
+    /// Tasks of failed regions, from their stop until their new attempt is deployed: their
+    /// reports are dropped.
+    down: BTreeSet<usize>,
+    /// What a region's deployment reuses: the report and coordinator senders, the direct
+    /// slots, the attempt's metrics.
+    reports_tx: mpsc::Sender<AttemptReport>,
+    to_coordinator_tx: mpsc::Sender<ToCoordinator>,
+    direct_slots: BTreeMap<NodeId, DirectSlot>,
+    metrics: Arc<MetricsRegistry>,
 }
 
 impl AttemptContext<'_> {
@@ -323,32 +456,46 @@ impl AttemptContext<'_> {
         coordinator_failures: &mut mpsc::Receiver<CoordinatorFailure>,
         inputs: &mut MasterInputs,
         requests: &mut Requests,
+        failover: &mut FailoverState,
     ) -> (AttemptEnd, Option<JobCheckpoints>) {
         let spec = self.spec;
+        let max_concurrent = spec
+            .checkpointing
+            .as_ref()
+            .map(|c| c.settings.max_concurrent);
+        let MasterChannels {
+            reports_tx,
+            mut reports,
+            to_coordinator_tx,
+            to_coordinators,
+        } = MasterChannels::new(spec.plan.task_count(), max_concurrent);
+        let direct_slots = coordinators.direct_slots();
         let deployment = deploy(
-            &spec.graph,
-            &spec.plan,
-            &spec.config,
+            &DeployInputs {
+                graph: &spec.graph,
+                plan: &spec.plan,
+                config: &spec.config,
+                max_concurrent_checkpoints: max_concurrent,
+                direct_slots: &direct_slots,
+                reports_tx: &reports_tx,
+                to_coordinator_tx: &to_coordinator_tx,
+            },
+            Scope::All,
             self.attempt,
             self.restore.as_ref(),
-            spec.checkpointing
-                .as_ref()
-                .map(|c| c.settings.max_concurrent),
-            &coordinators.direct_slots(),
         );
         let Deployment {
             tasks,
             metrics,
             controls,
-            mut reports,
             source_tasks,
             node_mailboxes,
-            to_coordinators,
         } = match deployment {
             Ok(d) => d,
             Err(e) => return (AttemptEnd::Failed(e), checkpoints),
         };
-        inputs.metrics.next_attempt(Arc::new(metrics));
+        let metrics = Arc::new(metrics);
+        inputs.metrics.next_attempt(metrics.clone());
         if let Err(e) = coordinators
             .attempt_deployed(self.attempt, &node_mailboxes)
             .await
@@ -358,26 +505,22 @@ impl AttemptContext<'_> {
         let layout = Layout {
             tasks: tasks.len(),
             has_coordinators: !coordinators.is_empty(),
+            regions: self.regions.clone(),
+            failover: spec.failover,
         };
         let (mut machine, first) = AttemptMachine::start(layout, checkpoints, ms_since(self.start));
         machine.add_waiting_requests(std::mem::take(&mut requests.carried));
-        let mut set = JoinSet::new();
+        let mut running = RunningTasks::new(tasks.len(), self.attempt);
         for t in tasks {
-            let description = t.description;
-            let fut = t.task.run();
-            set.spawn(async move {
-                let r = fut.await;
-                if let Err(e) = &r {
-                    tracing::debug!(task = %description, error = ?e, "task failed");
-                }
-                r
-            });
+            running.spawn(t, self.attempt);
         }
         let mut io = AttemptIo {
             attempt: self.attempt,
             start: self.start,
+            spec,
+            initial: self.initial,
             checkpointing: spec.checkpointing.as_ref(),
-            controls,
+            controls: controls.into_iter().map(|(_, tx)| tx).collect(),
             source_tasks,
             coordinators,
             coordinator_failures,
@@ -385,30 +528,58 @@ impl AttemptContext<'_> {
             snapshots: JoinSet::new(),
             persisting: JoinSet::new(),
             requests,
+            failover,
+            running,
+            restarting: Vec::new(),
+            down: BTreeSet::new(),
+            reports_tx,
+            to_coordinator_tx,
+            direct_slots,
+            metrics,
         };
         let mut actions: VecDeque<Action> = first.into();
         let end = 'attempt: loop {
             while let Some(action) = actions.pop_front() {
-                if let Action::End(end) = action {
-                    break 'attempt end;
-                }
-                for fact in io.carry_out(action).await {
-                    actions.extend(machine.on(fact, ms_since(self.start)));
+                match action {
+                    Action::End(end) => break 'attempt end,
+                    Action::RestartRegion { tasks, cause } => {
+                        if let Some(end) = io.stop_region(tasks, cause).await {
+                            break 'attempt end;
+                        }
+                    }
+                    action => {
+                        for fact in io.carry_out(action).await {
+                            actions.extend(machine.on(fact, ms_since(self.start)));
+                        }
+                    }
                 }
             }
             if let Some(e) = io.coordinators.lost_event() {
                 actions.extend(machine.on(Fact::EventLost(e), ms_since(self.start)));
                 continue;
             }
-            let fact = io
-                .next_fact(&mut set, &mut reports, inputs, machine.next_deadline_ms())
+            let next = io
+                .next_fact(&mut reports, inputs, machine.next_deadline_ms())
                 .await;
+            let fact = match next {
+                Next::Fact(fact) => fact,
+                Next::RegionStopped(i) => match io.region_stopped(i) {
+                    Some(end) => break 'attempt end,
+                    None => continue,
+                },
+                Next::RegionDue(i) => match io.redeploy_region(i, machine.latest()).await {
+                    Ok(fact) => fact,
+                    Err(e) => break 'attempt AttemptEnd::Failed(e),
+                },
+            };
             actions.extend(machine.on(fact, ms_since(self.start)));
         };
         io.requests.carried = machine.take_waiting_requests();
+        let set = std::mem::take(&mut io.running.set);
         let end = match end {
             AttemptEnd::TaskFailed(e) => AttemptEnd::Failed(fail_all(set, e).await),
             other => {
+                let mut set = set;
                 set.abort_all();
                 while set.join_next().await.is_some() {}
                 other
@@ -425,60 +596,208 @@ fn ms_since(start: Instant) -> u64 {
 }
 
 impl AttemptIo<'_> {
-    /// Waits for the next thing that happens and turns it into a fact.
+    /// Waits for the next thing that happens and turns it into a fact (or a step of a region
+    /// restart).
     async fn next_fact(
         &mut self,
-        set: &mut JoinSet<Result<(), TaskError>>,
-        reports: &mut mpsc::Receiver<TaskReport>,
+        reports: &mut mpsc::Receiver<AttemptReport>,
         inputs: &mut MasterInputs,
         deadline_ms: Option<u64>,
-    ) -> Fact {
+    ) -> Next {
         loop {
             let deadline = deadline_ms.map(|ms| self.start + Duration::from_millis(ms));
+            let region_due = self
+                .restarting
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| r.due.map(|d| (d, i)))
+                .min();
             tokio::select! {
                 biased;
-                _ = inputs.cancel.cancelled() => return Fact::Cancel,
+                _ = inputs.cancel.cancelled() => return Next::Fact(Fact::Cancel),
                 Some(f) = self.coordinator_failures.recv() => {
-                    return Fact::CoordinatorFailed(reported_failure(&f));
+                    return Next::Fact(Fact::CoordinatorFailed(reported_failure(&f)));
                 }
-                Some(report) = reports.recv() => return Fact::Report(report),
+                Some(r) = reports.recv() => {
+                    let task = r.report.task();
+                    // Reports of a stopped attempt, or of one being stopped, are dropped.
+                    if self.down.contains(&task)
+                        || self.running.attempts.get(task) != Some(&r.attempt)
+                    {
+                        continue;
+                    }
+                    return Next::Fact(Fact::Report(r.report));
+                }
                 Some(event) = self.to_coordinators.recv() => {
                     if let Err(e) = self.coordinators.event_from_operator(event).await {
-                        return Fact::CoordinatorFailed(e);
+                        return Next::Fact(Fact::CoordinatorFailed(e));
                     }
                 }
-                Some(joined) = set.join_next() => {
-                    return match joined {
-                        Ok(Ok(())) => Fact::TaskExited,
-                        Ok(Err(e)) => Fact::TaskFailed(e),
-                        Err(j) if j.is_cancelled() => Fact::TaskExited,
-                        Err(j) => Fact::TaskFailed(TaskError::Internal(format!(
+                Some(joined) = self.running.set.join_next_with_id() => {
+                    let (id, result) = match joined {
+                        Ok((id, r)) => (id, Ok(r)),
+                        Err(j) => (j.id(), Err(j)),
+                    };
+                    let Some((task, _)) = self.running.ids.remove(&id) else {
+                        continue;
+                    };
+                    if let Some(h) = self.running.handles.get_mut(task) {
+                        *h = None;
+                    }
+                    if let Some(i) = self.restarting.iter().position(|r| r.stopping.contains(&task)) {
+                        let region = &mut self.restarting[i];
+                        region.stopping.remove(&task);
+                        if let Ok(Err(e)) = result
+                            && e.is_root_cause()
+                            && !region.cause.is_root_cause()
+                        {
+                            region.cause = e;
+                        }
+                        if region.stopping.is_empty() {
+                            return Next::RegionStopped(i);
+                        }
+                        continue;
+                    }
+                    return Next::Fact(match result {
+                        Ok(Ok(())) => Fact::TaskExited(task),
+                        Ok(Err(e)) => Fact::TaskFailed(task, e),
+                        Err(j) if j.is_cancelled() => Fact::TaskExited(task),
+                        Err(j) => Fact::TaskFailed(task, TaskError::Internal(format!(
                             "a task panicked outside user code: {j}"
                         ))),
-                    };
+                    });
                 }
                 Some(done) = self.snapshots.join_next() => {
-                    return match done {
+                    return Next::Fact(match done {
                         Ok((id, Ok(states))) => Fact::CoordinatorsSnapshotted { id, states },
                         Ok((id, Err(reason))) => Fact::CoordinatorSnapshotFailed { id, reason },
                         Err(j) => Fact::CoordinatorFailed(JobError::Internal(format!(
                             "waiting for a coordinator snapshot panicked: {j}"
                         ))),
-                    };
+                    });
                 }
                 Some(done) = self.persisting.join_next() => {
-                    return match done {
+                    return Next::Fact(match done {
                         Ok((id, Ok(()))) => Fact::Persisted(id),
                         Ok((id, Err(reason))) => Fact::PersistFailed { id, reason },
                         Err(j) => Fact::CoordinatorFailed(JobError::Internal(format!(
                             "writing a checkpoint panicked: {j}"
                         ))),
-                    };
+                    });
                 }
-                Some(r) = inputs.requests.recv() => return self.requests.add(r),
-                _ = sleep_until(deadline) => return Fact::Time,
+                Some(r) = inputs.requests.recv() => return Next::Fact(self.requests.add(r)),
+                _ = sleep_until(region_due.map(|(d, _)| d)) => {
+                    if let Some((_, i)) = region_due {
+                        return Next::RegionDue(i);
+                    }
+                }
+                _ = sleep_until(deadline) => return Next::Fact(Fact::Time),
             }
         }
+    }
+
+    /// A region failed (`cause`): stop its tasks still running and tell the coordinators. The
+    /// restart strategy is asked once every task stopped ([`Self::region_stopped`]). Returns
+    /// how the attempt ends if that must happen at once.
+    async fn stop_region(&mut self, tasks: Vec<usize>, cause: TaskError) -> Option<AttemptEnd> {
+        let reason = cause.clone().into_job_error().to_string();
+        tracing::info!(tasks = ?tasks, error = %reason, "a task failed; stopping its pipelined region");
+        let mut stopping = BTreeSet::new();
+        for &t in &tasks {
+            self.down.insert(t);
+            if let Some(Some(h)) = self.running.handles.get(t) {
+                h.abort();
+                stopping.insert(t);
+            }
+        }
+        let subtasks: Vec<(NodeId, usize)> = tasks
+            .iter()
+            .flat_map(|&t| self.spec.plan.task_subtasks(t))
+            .collect();
+        if let Err(e) = self
+            .coordinators
+            .subtasks_failed(&subtasks, &reason)
+            .await
+        {
+            return Some(AttemptEnd::Failed(e));
+        }
+        let empty = stopping.is_empty();
+        self.restarting.push(RegionRestart {
+            tasks,
+            cause,
+            stopping,
+            due: None,
+        });
+        if empty {
+            return self.region_stopped(self.restarting.len() - 1);
+        }
+        None
+    }
+
+    /// Every task of the failed region at `i` stopped: the restart strategy decides. Returns how
+    /// the attempt ends if it gives up.
+    fn region_stopped(&mut self, i: usize) -> Option<AttemptEnd> {
+        let region = self.restarting.get_mut(i)?;
+        let err = region.cause.clone().into_job_error();
+        match self
+            .failover
+            .decide(&self.spec.restart, err, self.start.elapsed())
+        {
+            Err(e) => Some(AttemptEnd::GaveUp(e)),
+            Ok((err, after)) => {
+                tracing::warn!(error = %err, tasks = ?region.tasks, ?after, "restarting a pipelined region");
+                region.due = Some(Instant::now() + after);
+                None
+            }
+        }
+    }
+
+    /// Deploys the failed region at `i` again as a new attempt, restored from `latest` (or the
+    /// checkpoint the job started from); returns the fact that it runs.
+    async fn redeploy_region(
+        &mut self,
+        i: usize,
+        latest: Option<&CompletedCheckpoint>,
+    ) -> Result<Fact, JobError> {
+        let region = self.restarting.remove(i);
+        let attempt = self.failover.take_attempt();
+        let restore = latest.or(self.initial);
+        let tasks: BTreeSet<usize> = region.tasks.iter().copied().collect();
+        let spec = self.spec;
+        let d = deploy(
+            &DeployInputs {
+                graph: &spec.graph,
+                plan: &spec.plan,
+                config: &spec.config,
+                max_concurrent_checkpoints: self.checkpointing.map(|c| c.settings.max_concurrent),
+                direct_slots: &self.direct_slots,
+                reports_tx: &self.reports_tx,
+                to_coordinator_tx: &self.to_coordinator_tx,
+            },
+            Scope::Region {
+                tasks: &tasks,
+                metrics: &self.metrics,
+            },
+            attempt,
+            restore,
+        )?;
+        let restored = restore.map_or(sluice_coordinator::NO_CHECKPOINT, |c| c.id);
+        self.coordinators
+            .subtasks_restored(attempt, restored, &d.node_mailboxes)
+            .await?;
+        for (t, tx) in d.controls {
+            if let Some(c) = self.controls.get_mut(t) {
+                *c = tx;
+            }
+        }
+        for t in d.tasks {
+            self.running.spawn(t, attempt);
+        }
+        for t in &region.tasks {
+            self.down.remove(t);
+        }
+        tracing::info!(tasks = ?region.tasks, attempt, checkpoint = %restored, "pipelined region restarted");
+        Ok(Fact::RegionRestored(region.tasks))
     }
 
     /// Carries out one action; returns the facts it produced at once.
@@ -536,7 +855,8 @@ impl AttemptIo<'_> {
             Action::RequestDone(r, result) => self.requests.done(r, result),
             Action::FinishTasks => send_all(&self.controls, || TaskControl::Finish).await,
             Action::FlushCoordinators => return vec![self.flush_coordinators().await],
-            Action::End(_) => {}
+            // Handled by the attempt loop.
+            Action::End(_) | Action::RestartRegion { .. } => {}
         }
         Vec::new()
     }

@@ -23,6 +23,20 @@ impl Plan {
         self.chains.iter().map(|c| self.chain_parallelism(c)).sum()
     }
 
+    /// The operator subtasks task `task` runs (numbered chain by chain, subtask by subtask):
+    /// each operator of its chain, at its subtask.
+    pub(crate) fn task_subtasks(&self, task: usize) -> Vec<(NodeId, usize)> {
+        let mut first = 0;
+        for chain in &self.chains {
+            let p = self.chain_parallelism(chain);
+            if task < first + p {
+                return chain.iter().map(|id| (*id, task - first)).collect();
+            }
+            first += p;
+        }
+        Vec::new()
+    }
+
     /// How many subtasks (tasks) `chain` runs: its head's parallelism.
     fn chain_parallelism(&self, chain: &[NodeId]) -> usize {
         chain.first().map_or(0, |h| self.parallelism[h.0])

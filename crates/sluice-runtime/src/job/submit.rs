@@ -9,7 +9,7 @@
 use crate::checkpoint::CheckpointSettings;
 use crate::checkpoint::persistence::{CheckpointRun, StoragePersistence, default_dir};
 use crate::error::JobError;
-use crate::failover::{ExponentialBackoff, RestartStrategy};
+use crate::failover::{ExponentialBackoff, FailoverStrategy, RestartStrategy};
 use crate::graph::{NodeKind, StreamGraph};
 use crate::job::master::{
     JobSpec, MasterInputs, REQUEST_CAPACITY, RunSummary, SharedMetrics, run_job,
@@ -41,6 +41,7 @@ pub(crate) struct Submission<'a> {
     pub(crate) config: &'a JobConfig,
     pub(crate) checkpoints: Option<&'a CheckpointSettings>,
     pub(crate) restart: Option<RestartStrategy>,
+    pub(crate) failover: FailoverStrategy,
     pub(crate) storage_dir: Option<&'a Path>,
     pub(crate) restore_from: Option<&'a Path>,
 }
@@ -53,6 +54,7 @@ pub(crate) struct Prepared {
     config: JobConfig,
     checkpoints: Option<(CheckpointSettings, PathBuf)>,
     restart: RestartStrategy,
+    failover: FailoverStrategy,
     restore_from: Option<PathBuf>,
 }
 
@@ -100,6 +102,7 @@ impl Submission<'_> {
             config: self.config.clone(),
             checkpoints,
             restart,
+            failover: self.failover,
             restore_from: self.restore_from.map(Path::to_path_buf),
         })
     }
@@ -129,6 +132,7 @@ impl Prepared {
             config: self.config,
             checkpointing,
             restart: self.restart,
+            failover: self.failover,
             restore_path: self.restore_from,
         };
         let metrics = Arc::new(SharedMetrics::default());

@@ -6,7 +6,7 @@
 //! complete).
 
 use crate::checkpoint::SubtaskState;
-use sluice_core::{CheckpointBarrier, CheckpointId, NodeId, OperatorEvent};
+use sluice_core::{AttemptNumber, CheckpointBarrier, CheckpointId, NodeId, OperatorEvent};
 use tokio::sync::mpsc;
 
 /// A message from the job master to one task.
@@ -58,11 +58,32 @@ pub(crate) enum TaskReport {
     FinishedInput { task: usize },
 }
 
+impl TaskReport {
+    /// The task that reports.
+    pub(crate) fn task(&self) -> usize {
+        match self {
+            TaskReport::Ack { task, .. }
+            | TaskReport::Decline { task, .. }
+            | TaskReport::FinishedInput { task } => *task,
+        }
+    }
+}
+
+/// A report with the attempt of the task that sent it: after a region restart, reports of the
+/// stopped attempt may still be queued, and the master drops them.
+#[derive(Debug)]
+pub(crate) struct AttemptReport {
+    pub(crate) attempt: AttemptNumber,
+    pub(crate) report: TaskReport,
+}
+
 /// The task's ends of its two channels to the master.
 pub(crate) struct TaskMailbox {
     pub(crate) task: usize,
+    /// The attempt the task runs as (tags its reports).
+    pub(crate) attempt: AttemptNumber,
     pub(crate) control: mpsc::Receiver<TaskControl>,
-    pub(crate) reports: mpsc::Sender<TaskReport>,
+    pub(crate) reports: mpsc::Sender<AttemptReport>,
     /// Whether the task waits for the final checkpoint before ending.
     pub(crate) checkpointing: bool,
 }

@@ -11,7 +11,7 @@
 use crate::error::TaskError;
 use crate::metrics::OperatorMetrics;
 use crate::task::chain::ChainStage;
-use crate::task::control::{DeclineReason, TaskControl, TaskMailbox, TaskReport};
+use crate::task::control::{AttemptReport, DeclineReason, TaskControl, TaskMailbox, TaskReport};
 use crate::task::input::{InputEvent, TaskInput};
 use sluice_core::{CheckpointBarrier, CheckpointId};
 use std::future::poll_fn;
@@ -104,7 +104,11 @@ impl<T: Send + 'static> Task<T> {
     }
 
     fn report(&self, report: TaskReport) -> Result<(), TaskError> {
-        self.mailbox.reports.try_send(report).map_err(|e| {
+        let tagged = AttemptReport {
+            attempt: self.mailbox.attempt,
+            report,
+        };
+        self.mailbox.reports.try_send(tagged).map_err(|e| {
             TaskError::PeerGone(format!(
                 "task {} could not report to the job master: {e}",
                 self.mailbox.task

@@ -20,11 +20,18 @@ fn machine(
     s: CheckpointSettings,
 ) -> (AttemptMachine, Vec<Action>) {
     let planner = CheckpointPlanner::new(s, tasks, c(0));
-    let layout = Layout {
-        tasks,
-        has_coordinators: coordinators,
-    };
+    let layout = full_layout(tasks, coordinators);
     AttemptMachine::start(layout, Some(JobCheckpoints::new(planner, None)), 0)
+}
+
+/// A layout under full failover: every task failure ends the attempt.
+fn full_layout(tasks: usize, has_coordinators: bool) -> Layout {
+    Layout {
+        tasks,
+        has_coordinators,
+        regions: Regions::compute(&[tasks], &[]),
+        failover: FailoverStrategy::Full,
+    }
 }
 
 fn ack(task: usize, id: u64) -> Fact {
@@ -56,6 +63,8 @@ fn names(actions: &[Action]) -> Vec<String> {
             Action::End(AttemptEnd::Cancelled) => "end cancelled".into(),
             Action::End(AttemptEnd::TaskFailed(_)) => "end task failed".into(),
             Action::End(AttemptEnd::Failed(e)) => format!("end failed: {e}"),
+            Action::End(AttemptEnd::GaveUp(e)) => format!("end gave up: {e}"),
+            Action::RestartRegion { tasks, .. } => format!("restart {tasks:?}"),
         })
         .collect()
 }
@@ -86,7 +95,7 @@ fn worked_example_one_source_no_coordinators() {
         names(&m.on(Fact::Persisted(c(2)), 105)),
         ["complete 2", "finish"]
     );
-    assert_eq!(names(&m.on(Fact::TaskExited, 106)), ["end finished"]);
+    assert_eq!(names(&m.on(Fact::TaskExited(0), 106)), ["end finished"]);
     assert!(m.has_ended());
     assert_eq!(m.counts().completed, 2);
 }
@@ -98,7 +107,7 @@ fn a_failure_while_a_checkpoint_is_pending_ends_the_attempt_and_its_late_persist
     m.on(ack(0, 1), 101);
     assert_eq!(names(&m.on(ack(1, 1), 102)), ["release 1 1", "persist 1"]);
     assert_eq!(
-        names(&m.on(Fact::TaskFailed(task_failure()), 103)),
+        names(&m.on(Fact::TaskFailed(0, task_failure()), 103)),
         ["end task failed"]
     );
     assert!(m.on(Fact::Persisted(c(1)), 104).is_empty(), "late persist");
@@ -106,10 +115,7 @@ fn a_failure_while_a_checkpoint_is_pending_ends_the_attempt_and_its_late_persist
     assert_eq!(m.next_deadline_ms(), None);
     // The next attempt aborts what was pending and never reuses its id.
     let back = m.into_checkpoints();
-    let layout = Layout {
-        tasks: 2,
-        has_coordinators: false,
-    };
+    let layout = full_layout(2, false);
     let (mut next, first) = AttemptMachine::start(layout, back, 200);
     assert_eq!(names(&first), ["abort 1"]);
     assert_eq!(names(&next.on(Fact::Time, 300)), ["sources 2"]);
@@ -149,8 +155,8 @@ fn the_final_checkpoint_after_end_of_input_ends_the_job() {
         names(&m.on(Fact::Persisted(c(1)), 23)),
         ["complete 1", "finish"]
     );
-    assert!(m.on(Fact::TaskExited, 24).is_empty());
-    assert_eq!(names(&m.on(Fact::TaskExited, 25)), ["end finished"]);
+    assert!(m.on(Fact::TaskExited(0), 24).is_empty());
+    assert_eq!(names(&m.on(Fact::TaskExited(1), 25)), ["end finished"]);
 }
 
 #[test]
@@ -268,7 +274,7 @@ fn the_job_ends_only_after_the_coordinators_were_flushed() {
         true,
         CheckpointSettings::every(Duration::from_secs(3600)),
     );
-    assert_eq!(names(&m.on(Fact::TaskExited, 10)), ["flush"]);
+    assert_eq!(names(&m.on(Fact::TaskExited(0), 10)), ["flush"]);
     let failed = Fact::CoordinatorFailed(JobError::Internal("handling the last event".into()));
     assert_eq!(
         names(&m.on(failed, 11)),
@@ -280,7 +286,7 @@ fn the_job_ends_only_after_the_coordinators_were_flushed() {
         true,
         CheckpointSettings::every(Duration::from_secs(3600)),
     );
-    m.on(Fact::TaskExited, 10);
+    m.on(Fact::TaskExited(0), 10);
     assert_eq!(
         names(&m.on(Fact::CoordinatorsFlushed, 11)),
         ["end finished"]
@@ -321,7 +327,7 @@ fn stop_with_savepoint_finishes_the_tasks_after_the_savepoint() {
         ["complete 1", "done 1 1", "finish"]
     );
     // A peer that loses its channel to a task that finished first is not a failure.
-    let peer_gone = Fact::TaskFailed(TaskError::PeerGone("upstream channel closed".into()));
+    let peer_gone = Fact::TaskFailed(1, TaskError::PeerGone("upstream channel closed".into()));
     assert!(m.on(peer_gone, 9).is_empty());
     // No checkpoint starts any more (and the master is not woken for one), and events lost to
     // finished tasks do not matter.
@@ -331,15 +337,12 @@ fn stop_with_savepoint_finishes_the_tasks_after_the_savepoint() {
         m.on(Fact::EventLost(JobError::Internal("lost".into())), 5001)
             .is_empty()
     );
-    assert_eq!(names(&m.on(Fact::TaskExited, 10)), ["end stopped 1"]);
+    assert_eq!(names(&m.on(Fact::TaskExited(0), 10)), ["end stopped 1"]);
 }
 
 #[test]
 fn a_request_without_checkpointing_is_refused() {
-    let layout = Layout {
-        tasks: 1,
-        has_coordinators: false,
-    };
+    let layout = full_layout(1, false);
     let (mut m, _) = AttemptMachine::start(layout, None, 0);
     let out = m.on(Fact::Requested(RequestId(0), RequestKind::Checkpoint), 1);
     assert_eq!(names(&out), ["failed 0"]);
@@ -355,4 +358,87 @@ fn cancel_ends_the_attempt_and_fails_open_requests() {
     m.on(Fact::Requested(RequestId(3), RequestKind::Checkpoint), 1);
     assert_eq!(names(&m.on(Fact::Cancel, 2)), ["failed 3", "end cancelled"]);
     assert!(m.on(Fact::Time, 3).is_empty());
+}
+
+/// Two independent pipelines of one task each ({0} and {1}) under region failover.
+fn two_regions(s: CheckpointSettings) -> (AttemptMachine, Vec<Action>) {
+    let planner = CheckpointPlanner::new(s, 2, c(0));
+    let layout = Layout {
+        tasks: 2,
+        has_coordinators: false,
+        regions: Regions::compute(&[1, 1], &[]),
+        failover: FailoverStrategy::Region,
+    };
+    AttemptMachine::start(layout, Some(JobCheckpoints::new(planner, None)), 0)
+}
+
+#[test]
+fn a_task_failure_restarts_only_its_region_and_aborts_pending_checkpoints() {
+    let (mut m, _) = two_regions(settings());
+    assert_eq!(names(&m.on(Fact::Time, 100)), ["sources 1"]);
+    m.on(ack(0, 1), 101);
+    // Task 1 fails: checkpoint 1 can no longer complete, and only task 1 restarts.
+    assert_eq!(
+        names(&m.on(Fact::TaskFailed(1, task_failure()), 102)),
+        ["abort 1", "restart [1]"]
+    );
+    assert!(!m.has_ended());
+    // While the region is down no checkpoint starts, and a consequence failure of a task of
+    // the failed region changes nothing.
+    assert_eq!(m.next_deadline_ms(), None);
+    assert!(m.on(Fact::Time, 500).is_empty());
+    let peer_gone = Fact::TaskFailed(1, TaskError::PeerGone("channel closed".into()));
+    assert!(m.on(peer_gone, 501).is_empty());
+    // Restored, checkpoints resume one interval later, and need both tasks again.
+    assert!(m.on(Fact::RegionRestored(vec![1]), 600).is_empty());
+    assert_eq!(m.next_deadline_ms(), Some(700));
+    assert_eq!(names(&m.on(Fact::Time, 700)), ["sources 2"]);
+    m.on(ack(0, 2), 701);
+    assert_eq!(names(&m.on(ack(1, 2), 702)), ["release 1 2", "persist 2"]);
+    assert_eq!(names(&m.on(Fact::Persisted(c(2)), 703)), ["complete 2"]);
+}
+
+#[test]
+fn the_job_ends_only_when_the_restarted_region_ended_too() {
+    let (mut m, _) = two_regions(CheckpointSettings::every(Duration::from_secs(3600)));
+    let finished = |task| Fact::Report(TaskReport::FinishedInput { task });
+    // Task 1 finished its input, then fails (its region's final checkpoint had not completed).
+    assert!(m.on(finished(1), 9).is_empty());
+    m.on(Fact::TaskFailed(1, task_failure()), 10);
+    // Task 0 finishes while task 1's region is down: no final checkpoint yet.
+    assert!(m.on(finished(0), 11).is_empty());
+    m.on(Fact::RegionRestored(vec![1]), 12);
+    // The restarted task is no longer finished for the planner; the final checkpoint waits for
+    // it, and only then do the tasks end.
+    assert!(m.on(Fact::Time, 13).is_empty());
+    assert_eq!(
+        names(&m.on(finished(1), 14)),
+        ["sources 1", "task 0 1", "task 1 1"]
+    );
+    m.on(ack(0, 1), 15);
+    m.on(ack(1, 1), 16);
+    assert_eq!(
+        names(&m.on(Fact::Persisted(c(1)), 17)),
+        ["complete 1", "finish"]
+    );
+    assert!(m.on(Fact::TaskExited(0), 18).is_empty());
+    assert_eq!(names(&m.on(Fact::TaskExited(1), 19)), ["end finished"]);
+}
+
+#[test]
+fn full_failover_or_a_failure_while_finishing_ends_the_attempt() {
+    let (mut m, _) = machine(2, false, settings());
+    assert_eq!(
+        names(&m.on(Fact::TaskFailed(1, task_failure()), 10)),
+        ["end task failed"]
+    );
+    let (mut m, _) = two_regions(CheckpointSettings::every(Duration::from_secs(3600)));
+    m.on(Fact::Requested(RequestId(0), RequestKind::StopWithSavepoint), 5);
+    m.on(ack(0, 1), 6);
+    m.on(ack(1, 1), 7);
+    m.on(Fact::Persisted(c(1)), 8);
+    assert_eq!(
+        names(&m.on(Fact::TaskFailed(1, task_failure()), 9)),
+        ["end task failed"]
+    );
 }
