@@ -172,7 +172,11 @@ mod tests {
 
     fn region_of(r: &Regions, task: usize) -> Option<usize> {
         let found = (0..r.len()).find(|&i| r.tasks(i).contains(&task));
-        assert_eq!(found, r.region_of(task), "the index agrees with the members");
+        assert_eq!(
+            found,
+            r.region_of(task),
+            "the index agrees with the members"
+        );
         found
     }
 

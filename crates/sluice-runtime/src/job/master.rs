@@ -21,7 +21,9 @@
 use crate::checkpoint::persistence::{CheckpointRun, load_restore};
 use crate::checkpoint::{CheckpointPlanner, CompletedCheckpoint};
 use crate::error::{JobError, TaskError};
-use crate::failover::{FailoverStrategy, FailureHistory, Regions, RestartDecision, RestartStrategy};
+use crate::failover::{
+    FailoverStrategy, FailureHistory, Regions, RestartDecision, RestartStrategy,
+};
 use crate::graph::StreamGraph;
 use crate::job::JobConfig;
 use crate::job::attempt::{
@@ -240,16 +242,14 @@ impl FailoverState {
         elapsed: Duration,
     ) -> Result<(JobError, Duration), JobError> {
         match strategy.on_failure(&mut self.history, elapsed) {
-            RestartDecision::GiveUp { attempts } => {
-                Err(if attempts == 0 && strategy.is_none() {
-                    err
-                } else {
-                    JobError::RestartsExhausted {
-                        attempts,
-                        last: Box::new(err),
-                    }
-                })
-            }
+            RestartDecision::GiveUp { attempts } => Err(if attempts == 0 && strategy.is_none() {
+                err
+            } else {
+                JobError::RestartsExhausted {
+                    attempts,
+                    last: Box::new(err),
+                }
+            }),
             RestartDecision::Restart { after } => {
                 self.restarts += 1;
                 Ok((err, after))
@@ -714,11 +714,7 @@ impl AttemptIo<'_> {
             .iter()
             .flat_map(|&t| self.spec.plan.task_subtasks(t))
             .collect();
-        if let Err(e) = self
-            .coordinators
-            .subtasks_failed(&subtasks, &reason)
-            .await
-        {
+        if let Err(e) = self.coordinators.subtasks_failed(&subtasks, &reason).await {
             return Some(AttemptEnd::Failed(e));
         }
         let empty = stopping.is_empty();

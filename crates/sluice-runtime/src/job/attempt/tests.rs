@@ -433,7 +433,10 @@ fn full_failover_or_a_failure_while_finishing_ends_the_attempt() {
         ["end task failed"]
     );
     let (mut m, _) = two_regions(CheckpointSettings::every(Duration::from_secs(3600)));
-    m.on(Fact::Requested(RequestId(0), RequestKind::StopWithSavepoint), 5);
+    m.on(
+        Fact::Requested(RequestId(0), RequestKind::StopWithSavepoint),
+        5,
+    );
     m.on(ack(0, 1), 6);
     m.on(ack(1, 1), 7);
     m.on(Fact::Persisted(c(1)), 8);
