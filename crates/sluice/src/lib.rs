@@ -68,7 +68,7 @@ pub mod prelude {
     pub use sluice_connectors::file::{JsonLinesSink, read_committed};
     pub use sluice_runtime::JobHandle;
     pub use sluice_runtime::checkpoint::CheckpointSettings;
-    pub use sluice_runtime::failover::{ExponentialBackoff, RestartStrategy};
+    pub use sluice_runtime::failover::{ExponentialBackoff, FailoverStrategy, RestartStrategy};
     pub use sluice_runtime::prelude::*;
     pub use sluice_shuffle::{RangeShuffle, RangeShuffleConfig, StatisticsType};
 }

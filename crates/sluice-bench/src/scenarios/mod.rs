@@ -4,6 +4,7 @@
 pub mod async_io;
 pub mod checkpoint;
 pub mod coordinator;
+pub mod failover;
 pub mod lookup;
 pub mod pipeline;
 pub mod shuffle;
