@@ -18,8 +18,11 @@ fn expected(n: u64, keys: u64) -> BTreeMap<u64, u64> {
     m
 }
 
+/// The (subtask, attempt) pairs that processed records.
+type Seen = Arc<Mutex<BTreeSet<(usize, u32)>>>;
+
 /// Records which attempts of which subtasks processed records.
-fn attempts_seen() -> (PassThrough, Arc<Mutex<BTreeSet<(usize, u32)>>>) {
+fn attempts_seen() -> (PassThrough, Seen) {
     let seen = Arc::new(Mutex::new(BTreeSet::new()));
     let s = seen.clone();
     let op = PassThrough::new().on_batch(move |ctx: &OperatorContext, _n: usize| {
@@ -68,7 +71,7 @@ async fn two_pipelines(failover: FailoverStrategy) -> (BTreeSet<u32>, BTreeSet<u
     let got_b: BTreeMap<u64, u64> = out_b.take().into_iter().collect();
     assert_eq!(got_a, expected(n, 13), "{failover}");
     assert_eq!(got_b, expected(n, 7), "{failover}");
-    let attempts = |s: &Arc<Mutex<BTreeSet<(usize, u32)>>>| {
+    let attempts = |s: &Seen| {
         s.lock()
             .unwrap()
             .iter()
