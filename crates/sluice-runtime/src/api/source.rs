@@ -5,6 +5,7 @@ use crate::state::OperatorState;
 use crate::task::input::SourceReader;
 use sluice_core::codec;
 use sluice_core::{Data, UserError};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,36 +13,60 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
-/// Reads one contiguous share of a collection.
+/// Reads its splits of a collection: contiguous index ranges.
+///
+/// A fresh subtask `s` of `p` owns one split, `[s*n/p, (s+1)*n/p)`. Its state is one entry per
+/// split not yet read, with the position reached, so the restore deals the splits out over the
+/// new subtasks: the collection may be restored at another parallelism, and a subtask given no
+/// split reads nothing.
 pub(crate) struct IterReader<T> {
     data: Arc<Vec<T>>,
-    pos: usize,
-    end: usize,
+    /// Unread `[from, to)` ranges, the current one first.
+    splits: VecDeque<(u64, u64)>,
 }
 
 impl<T: Data + Sync> IterReader<T> {
-    /// Subtask `s` of `p` reads elements `[s*n/p, (s+1)*n/p)`, from the restored offset if any.
     pub(crate) fn new(
         data: Arc<Vec<T>>,
         ctx: &OperatorContext,
         restored: Option<OperatorState>,
     ) -> Result<Self, UserError> {
-        let n = data.len();
-        let (s, p) = (ctx.subtask_index(), ctx.parallelism());
-        let mut pos = s * n / p;
-        let end = (s + 1) * n / p;
-        if let Some(offset) = restored_position(restored)? {
-            let offset = usize::try_from(offset)?;
-            if offset < pos || offset > end {
-                return Err(format!(
-                    "restored offset {offset} lies outside this subtask's share {pos}..{end}"
-                )
-                .into());
+        let n = data.len() as u64;
+        let splits = match restored {
+            Some(state) => {
+                let splits = restored_splits(state)?;
+                if let Some((from, to)) = splits.iter().find(|(f, t)| f > t || *t > n) {
+                    return Err(format!(
+                        "restored split {from}..{to} lies outside the collection of {n} elements"
+                    )
+                    .into());
+                }
+                splits
             }
-            pos = offset;
-        }
-        Ok(IterReader { data, pos, end })
+            None => {
+                let (s, p) = (ctx.subtask_index() as u64, ctx.parallelism() as u64);
+                VecDeque::from([(s * n / p, (s + 1) * n / p)])
+            }
+        };
+        Ok(IterReader { data, splits })
     }
+}
+
+/// The splits (pairs of indices) a source stored, one per state entry.
+fn restored_splits(state: OperatorState) -> Result<VecDeque<(u64, u64)>, UserError> {
+    state
+        .entries()
+        .iter()
+        .map(|e| codec::decode::<(u64, u64)>(e).map_err(UserError::from))
+        .collect()
+}
+
+/// One state entry per split.
+fn split_state(splits: impl Iterator<Item = (u64, u64)>) -> Result<OperatorState, UserError> {
+    let entries = splits
+        .map(|s| codec::encode(&s).map_err(UserError::from))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(OperatorState::from_entries(entries))
 }
 
 impl<T: Data + Sync> SourceReader<T> for IterReader<T> {
@@ -50,35 +75,22 @@ impl<T: Data + Sync> SourceReader<T> for IterReader<T> {
         _cx: &mut Context<'_>,
         max: usize,
     ) -> Poll<Result<Option<Vec<T>>, UserError>> {
-        if self.pos >= self.end {
-            return Poll::Ready(Ok(None));
+        while let Some((from, to)) = self.splits.front_mut() {
+            if *from >= *to {
+                self.splits.pop_front();
+                continue;
+            }
+            let end = (*from + max as u64).min(*to);
+            // Indices were checked against the collection's length.
+            let batch = self.data[*from as usize..end as usize].to_vec();
+            *from = end;
+            return Poll::Ready(Ok(Some(batch)));
         }
-        let to = (self.pos + max).min(self.end);
-        let batch = self.data[self.pos..to].to_vec();
-        self.pos = to;
-        Poll::Ready(Ok(Some(batch)))
+        Poll::Ready(Ok(None))
     }
 
     fn snapshot_state(&mut self) -> Result<OperatorState, UserError> {
-        Ok(OperatorState::from_entries(vec![codec::encode(
-            &(self.pos as u64),
-        )?]))
-    }
-}
-
-/// The position stored by a source reader, if the state holds one.
-fn restored_position(restored: Option<OperatorState>) -> Result<Option<u64>, UserError> {
-    let Some(state) = restored else {
-        return Ok(None);
-    };
-    match state.entries() {
-        [] => Ok(None),
-        [one] => Ok(Some(codec::decode::<u64>(one)?)),
-        more => Err(format!(
-            "expected one source position in the restored state, found {}",
-            more.len()
-        )
-        .into()),
+        split_state(self.splits.iter().copied().filter(|(f, t)| f < t))
     }
 }
 
@@ -87,6 +99,11 @@ fn restored_position(restored: Option<OperatorState>) -> Result<Option<u64>, Use
 /// Subtask `s` of `p` generates the indices `s, s + p, s + 2p, ...`, so the job as a whole
 /// generates every index exactly once. Bounded with [`take`](Generator::take), unbounded by
 /// default; [`rate_limit`](Generator::rate_limit) caps the records per second of the whole source.
+///
+/// Each such progression is a split: a subtask stores the next index of each of its splits, and
+/// a restore deals the splits out over the new subtasks, so a generator may be restored at
+/// another parallelism (a subtask then alternates between its splits, and one given no split
+/// generates nothing).
 ///
 /// ```
 /// use sluice_runtime::prelude::*;
@@ -207,11 +224,13 @@ impl std::fmt::Debug for RateLimiter {
     }
 }
 
-/// One subtask's share of a [`Generator`].
+/// One subtask's splits of a [`Generator`]: arithmetic progressions of indices.
 pub(crate) struct GeneratorReader<F> {
     f: F,
-    next: u64,
-    stride: u64,
+    /// `(next, stride)` of each split.
+    splits: Vec<(u64, u64)>,
+    /// The split the next batch comes from.
+    current: usize,
     end: Option<u64>,
     rate: Option<RateLimiter>,
 }
@@ -224,19 +243,22 @@ impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> GeneratorReader<F
     ) -> Result<Self, UserError> {
         let p = ctx.parallelism() as u64;
         let s = ctx.subtask_index() as u64;
-        let next = match restored_position(restored)? {
-            Some(n) if n % p == s => n,
-            Some(n) => {
-                return Err(
-                    format!("restored index {n} does not belong to subtask {s} of {p}").into(),
-                );
+        let splits = match restored {
+            Some(state) => {
+                let splits: Vec<(u64, u64)> = restored_splits(state)?.into();
+                if let Some((next, _)) = splits.iter().find(|(_, stride)| *stride == 0) {
+                    return Err(
+                        format!("restored generator split at index {next} has stride 0").into(),
+                    );
+                }
+                splits
             }
-            None => s,
+            None => vec![(s, p)],
         };
         Ok(GeneratorReader {
             f: g.f.clone(),
-            next,
-            stride: p,
+            splits,
+            current: 0,
             end: g.count,
             rate: g.rate.map(|r| RateLimiter::new(r / p as f64)),
         })
@@ -251,12 +273,19 @@ impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> SourceReader<T>
         cx: &mut Context<'_>,
         max: usize,
     ) -> Poll<Result<Option<Vec<T>>, UserError>> {
+        if let Some(end) = self.end {
+            self.splits.retain(|(next, _)| *next < end);
+        }
+        if self.splits.is_empty() {
+            return Poll::Ready(Ok(None));
+        }
+        if self.current >= self.splits.len() {
+            self.current = 0;
+        }
+        let (start, stride) = self.splits[self.current];
         let mut n = max as u64;
         if let Some(end) = self.end {
-            if self.next >= end {
-                return Poll::Ready(Ok(None));
-            }
-            n = n.min((end - self.next).div_ceil(self.stride));
+            n = n.min((end - start).div_ceil(stride));
         }
         if let Some(rl) = &mut self.rate {
             n = match rl.poll_admit(cx, n) {
@@ -264,16 +293,15 @@ impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> SourceReader<T>
                 Poll::Pending => return Poll::Pending,
             };
         }
-        let (start, stride) = (self.next, self.stride);
         let f = &self.f;
         let batch: Vec<T> = (0..n).map(|k| f(start + k * stride)).collect();
-        self.next = start + n * stride;
+        self.splits[self.current].0 = start + n * stride;
+        self.current += 1;
         Poll::Ready(Ok(Some(batch)))
     }
 
     fn snapshot_state(&mut self) -> Result<OperatorState, UserError> {
-        Ok(OperatorState::from_entries(vec![codec::encode(
-            &self.next,
-        )?]))
+        let end = self.end.unwrap_or(u64::MAX);
+        split_state(self.splits.iter().copied().filter(|(next, _)| *next < end))
     }
 }

@@ -118,6 +118,11 @@ where
         let input = SourceInput::new(reader, ctx, parts.batch_size);
         source_task(Box::new(input), next, parts)
     }
+
+    /// The built-in collection and generator sources store one state entry per split.
+    fn rescalable(&self) -> bool {
+        true
+    }
 }
 
 /// Makes a fresh [`SourceHead`] for one subtask; its state is rescalable.

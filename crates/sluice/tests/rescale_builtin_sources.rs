@@ -1,0 +1,126 @@
+//! The built-in collection and generator sources keep their splits in checkpoints, so a job
+//! stopped with a savepoint at parallelism 2 resumes at 3 or at 1 with every record exactly once.
+
+use sluice::prelude::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+const N: u64 = 30_000;
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Collection,
+    Generator,
+}
+
+/// The same graph for both runs: source (at `p`) -> watch -> exactly-once sink.
+fn job(env: &StreamEnvironment, kind: Kind, p: usize, out: &std::path::Path, gate: Gate) {
+    env.set_parallelism(p).set_batch_size(32);
+    let source = match kind {
+        Kind::Collection => env.from_iter(0..N),
+        Kind::Generator => env.from_generator(Generator::new(|i| i).take(N)),
+    };
+    source
+        .process(gate)
+        .sink_to_exactly_once(JsonLinesSink::new(out, "out"));
+}
+
+/// Passes records on until its subtask has seen `limit`, then takes no more input (the source
+/// stops mid-way while checkpoints go on); tells `all_closed` once every subtask closed.
+#[derive(Clone)]
+struct Gate {
+    limit: u64,
+    seen: u64,
+    closed: bool,
+    parallelism: usize,
+    count: Arc<AtomicUsize>,
+    all_closed: Arc<Notify>,
+}
+
+impl Gate {
+    fn new(limit: u64, parallelism: usize) -> Self {
+        Gate {
+            limit,
+            seen: 0,
+            closed: false,
+            parallelism,
+            count: Arc::default(),
+            all_closed: Arc::default(),
+        }
+    }
+}
+
+impl Operator<u64> for Gate {
+    type Out = u64;
+
+    fn process_batch(
+        &mut self,
+        batch: Vec<u64>,
+        out: &mut Collector<u64>,
+    ) -> Result<(), UserError> {
+        self.seen += batch.len() as u64;
+        out.emit_batch(batch);
+        if self.seen >= self.limit && !self.closed {
+            self.closed = true;
+            if self.count.fetch_add(1, Ordering::SeqCst) + 1 == self.parallelism {
+                self.all_closed.notify_one();
+            }
+        }
+        Ok(())
+    }
+
+    fn is_input_blocked(&self) -> bool {
+        self.closed
+    }
+}
+
+async fn stop_at_2_and_resume_at(kind: Kind, p: usize) {
+    let out = tempfile::tempdir().unwrap();
+    let checkpoints = tempfile::tempdir().unwrap();
+    let env = StreamEnvironment::new();
+    env.enable_checkpointing(Duration::from_millis(20));
+    env.set_checkpoint_storage(checkpoints.path());
+    // Each subtask stops taking records a quarter of the way through its split.
+    let gate = Gate::new(N / 8, 2);
+    let closed = gate.all_closed.clone();
+    job(&env, kind, 2, out.path(), gate);
+    let handle = env.submit("first run at 2").unwrap();
+    closed.notified().await;
+    let savepoint = handle.stop_with_savepoint().await.unwrap();
+    let first = handle.await.unwrap();
+    assert_eq!(first.stopped_with_savepoint, Some(savepoint));
+    let committed = read_committed::<u64>(out.path()).unwrap().len() as u64;
+    assert!(
+        committed >= N / 4 && committed < N,
+        "{kind:?}: the first run committed {committed} of {N}"
+    );
+
+    let env = StreamEnvironment::new();
+    env.enable_checkpointing(Duration::from_millis(20));
+    env.set_checkpoint_storage(checkpoints.path());
+    env.restore_from(checkpoints.path());
+    job(&env, kind, p, out.path(), Gate::new(u64::MAX, p));
+    let second = env.execute("second run").await.unwrap();
+    assert_eq!(second.restored_from, Some(savepoint));
+    let mut ids = read_committed::<u64>(out.path()).unwrap();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (0..N).collect::<Vec<_>>(),
+        "{kind:?} stopped at 2, resumed at {p}: every record exactly once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collection_source_stopped_at_2_resumes_at_3_and_at_1() {
+    stop_at_2_and_resume_at(Kind::Collection, 3).await;
+    stop_at_2_and_resume_at(Kind::Collection, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generator_stopped_at_2_resumes_at_3_and_at_1() {
+    stop_at_2_and_resume_at(Kind::Generator, 3).await;
+    stop_at_2_and_resume_at(Kind::Generator, 1).await;
+}
