@@ -436,6 +436,9 @@ struct AttemptIo<'a> {
     running: RunningTasks,
     /// Failed regions on their way back.
     restarting: Vec<RegionRestart>,
+    /// Checkpoints aborted in this attempt (one still being written is discarded again once
+    /// its write ends).
+    aborted: BTreeSet<CheckpointId>,
     /// Tasks of failed regions, from their stop until their new attempt is deployed: their
     /// reports are dropped.
     down: BTreeSet<usize>,
@@ -531,6 +534,7 @@ impl AttemptContext<'_> {
             failover,
             running,
             restarting: Vec::new(),
+            aborted: BTreeSet::new(),
             down: BTreeSet::new(),
             reports_tx,
             to_coordinator_tx,
@@ -678,6 +682,12 @@ impl AttemptIo<'_> {
                 }
                 Some(done) = self.persisting.join_next() => {
                     return Next::Fact(match done {
+                        // Aborted while it was being written (a failover): its files go now
+                        // that they are complete, so that no later restore finds them.
+                        Ok((id, Ok(()))) if self.aborted.contains(&id) => {
+                            self.discard(id);
+                            continue;
+                        }
                         Ok((id, Ok(()))) => Fact::Persisted(id),
                         Ok((id, Err(reason))) => Fact::PersistFailed { id, reason },
                         Err(j) => Fact::CoordinatorFailed(JobError::Internal(format!(
@@ -842,10 +852,8 @@ impl AttemptIo<'_> {
                     return vec![Fact::CoordinatorFailed(e)];
                 }
                 send_all(&self.controls, || TaskControl::NotifyAborted(id)).await;
-                if let Some(c) = self.checkpointing {
-                    let p = c.persistence.clone();
-                    tokio::spawn(async move { p.discard(id).await });
-                }
+                self.aborted.insert(id);
+                self.discard(id);
             }
             Action::RequestTriggered(r, id) => self.requests.triggered(r, id),
             Action::RequestDone(r, result) => self.requests.done(r, result),
@@ -855,6 +863,14 @@ impl AttemptIo<'_> {
             Action::End(_) | Action::RestartRegion { .. } => {}
         }
         Vec::new()
+    }
+
+    /// Removes what was written of checkpoint `id`.
+    fn discard(&self, id: CheckpointId) {
+        if let Some(c) = self.checkpointing {
+            let p = c.persistence.clone();
+            tokio::spawn(async move { p.discard(id).await });
+        }
     }
 
     /// Every task ended: hands the coordinators what the tasks sent last, waits until they
