@@ -13,13 +13,10 @@ use serde::Deserialize;
 use sluice_connectors::file::{JsonLinesSink, read_committed};
 use sluice_runtime::failover::{FailoverStrategy, RestartStrategy};
 use sluice_runtime::prelude::*;
-use sluice_runtime::testing::{CountingPassThrough, FailureInjector, SplitMix64};
+use sluice_runtime::testing::{CountingPassThrough, FailureInjector, InputGate, SplitMix64};
 use sluice_source::{FileSource, FromSource, MalformedLines};
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::sync::Notify;
 
 /// Checks committed `(id % keys, id)` records and final counts: every id below `n` exactly once.
 fn check_exactly_once(dir: &std::path::Path, n: u64, keys: u64, context: &str) {
@@ -106,70 +103,21 @@ async fn reading_100_files_is_exactly_once_under_random_failures() {
     assert!(restarts > 0, "no trial failed: the suite tested nothing");
 }
 
-/// Passes records on until its subtask has seen `limit`, then takes no more input (the source
-/// stops mid-file, backpressured, while checkpoints go on); tells `all_closed` when every
-/// subtask has closed.
-#[derive(Clone)]
-struct Gate {
-    limit: u64,
-    seen: u64,
-    closed: bool,
-    parallelism: usize,
-    count: Arc<AtomicUsize>,
-    all_closed: Arc<Notify>,
-}
-
-impl Gate {
-    fn new(limit: u64, parallelism: usize) -> Self {
-        Gate {
-            limit,
-            seen: 0,
-            closed: false,
-            parallelism,
-            count: Arc::default(),
-            all_closed: Arc::default(),
-        }
-    }
-}
-
-impl Operator<Rec> for Gate {
-    type Out = (u64, u64);
-
-    fn process_batch(
-        &mut self,
-        batch: Vec<Rec>,
-        out: &mut Collector<(u64, u64)>,
-    ) -> Result<(), UserError> {
-        self.seen += batch.len() as u64;
-        for r in batch {
-            out.collect((r.id % KEYS, r.id));
-        }
-        if self.seen >= self.limit && !self.closed {
-            self.closed = true;
-            if self.count.fetch_add(1, Ordering::SeqCst) + 1 == self.parallelism {
-                self.all_closed.notify_one();
-            }
-        }
-        Ok(())
-    }
-
-    fn is_input_blocked(&self) -> bool {
-        self.closed
-    }
-}
-
 const KEYS: u64 = 5;
 
-/// The same graph for both runs (restoring needs it): files → gate → key by → count → sink.
+/// The same graph for both runs (restoring needs it): files → map → gate → key by → count →
+/// sink.
 fn rescale_job(
     env: &StreamEnvironment,
     input: &std::path::Path,
     out: &std::path::Path,
     p: usize,
-    gate: Gate,
+    gate: InputGate<(u64, u64)>,
 ) {
     env.set_parallelism(2).set_batch_size(16);
     env.from_source(FileSource::<Rec>::json_lines(input), None, "files")
+        .parallelism(p)
+        .map(|r: Rec| (r.id % KEYS, r.id))
         .parallelism(p)
         .transform("Gate", gate)
         .parallelism(p)
@@ -188,8 +136,8 @@ async fn stop_at_2_and_resume_at(p: usize) {
     let env = StreamEnvironment::new();
     env.enable_checkpointing(Duration::from_millis(10));
     env.set_checkpoint_storage(checkpoints.path());
-    let gate = Gate::new(250, 2);
-    let closed = gate.all_closed.clone();
+    let gate = InputGate::new(250, 2);
+    let closed = gate.all_closed();
     rescale_job(&env, input.path(), out.path(), 2, gate);
     let job = env.submit("rescale: first run at 2").unwrap();
     closed.notified().await;
@@ -208,7 +156,13 @@ async fn stop_at_2_and_resume_at(p: usize) {
     env.enable_checkpointing(Duration::from_millis(10));
     env.set_checkpoint_storage(checkpoints.path());
     env.restore_from(checkpoints.path());
-    rescale_job(&env, input.path(), out.path(), p, Gate::new(u64::MAX, p));
+    rescale_job(
+        &env,
+        input.path(),
+        out.path(),
+        p,
+        InputGate::new(u64::MAX, p),
+    );
     let second = env.execute("rescale: second run").await.unwrap();
     assert_eq!(second.restored_from, Some(savepoint));
     check_exactly_once(

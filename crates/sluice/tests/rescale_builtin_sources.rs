@@ -2,10 +2,8 @@
 //! stopped with a savepoint at parallelism 2 resumes at 3 or at 1 with every record exactly once.
 
 use sluice::prelude::*;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use sluice::testing::InputGate;
 use std::time::Duration;
-use tokio::sync::Notify;
 
 const N: u64 = 30_000;
 
@@ -16,7 +14,7 @@ enum Kind {
 }
 
 /// The same graph for both runs: source (at `p`) -> watch -> exactly-once sink.
-fn job(env: &StreamEnvironment, kind: Kind, p: usize, out: &std::path::Path, gate: Gate) {
+fn job(env: &StreamEnvironment, kind: Kind, p: usize, out: &std::path::Path, gate: InputGate<u64>) {
     env.set_parallelism(p).set_batch_size(32);
     let source = match kind {
         Kind::Collection => env.from_iter(0..N),
@@ -27,55 +25,6 @@ fn job(env: &StreamEnvironment, kind: Kind, p: usize, out: &std::path::Path, gat
         .sink_to_exactly_once(JsonLinesSink::new(out, "out"));
 }
 
-/// Passes records on until its subtask has seen `limit`, then takes no more input (the source
-/// stops mid-way while checkpoints go on); tells `all_closed` once every subtask closed.
-#[derive(Clone)]
-struct Gate {
-    limit: u64,
-    seen: u64,
-    closed: bool,
-    parallelism: usize,
-    count: Arc<AtomicUsize>,
-    all_closed: Arc<Notify>,
-}
-
-impl Gate {
-    fn new(limit: u64, parallelism: usize) -> Self {
-        Gate {
-            limit,
-            seen: 0,
-            closed: false,
-            parallelism,
-            count: Arc::default(),
-            all_closed: Arc::default(),
-        }
-    }
-}
-
-impl Operator<u64> for Gate {
-    type Out = u64;
-
-    fn process_batch(
-        &mut self,
-        batch: Vec<u64>,
-        out: &mut Collector<u64>,
-    ) -> Result<(), UserError> {
-        self.seen += batch.len() as u64;
-        out.emit_batch(batch);
-        if self.seen >= self.limit && !self.closed {
-            self.closed = true;
-            if self.count.fetch_add(1, Ordering::SeqCst) + 1 == self.parallelism {
-                self.all_closed.notify_one();
-            }
-        }
-        Ok(())
-    }
-
-    fn is_input_blocked(&self) -> bool {
-        self.closed
-    }
-}
-
 async fn stop_at_2_and_resume_at(kind: Kind, p: usize) {
     let out = tempfile::tempdir().unwrap();
     let checkpoints = tempfile::tempdir().unwrap();
@@ -83,8 +32,8 @@ async fn stop_at_2_and_resume_at(kind: Kind, p: usize) {
     env.enable_checkpointing(Duration::from_millis(20));
     env.set_checkpoint_storage(checkpoints.path());
     // Each subtask stops taking records a quarter of the way through its split.
-    let gate = Gate::new(N / 8, 2);
-    let closed = gate.all_closed.clone();
+    let gate = InputGate::new(N / 8, 2);
+    let closed = gate.all_closed();
     job(&env, kind, 2, out.path(), gate);
     let handle = env.submit("first run at 2").unwrap();
     closed.notified().await;
@@ -101,7 +50,7 @@ async fn stop_at_2_and_resume_at(kind: Kind, p: usize) {
     env.enable_checkpointing(Duration::from_millis(20));
     env.set_checkpoint_storage(checkpoints.path());
     env.restore_from(checkpoints.path());
-    job(&env, kind, p, out.path(), Gate::new(u64::MAX, p));
+    job(&env, kind, p, out.path(), InputGate::new(u64::MAX, p));
     let second = env.execute("second run").await.unwrap();
     assert_eq!(second.restored_from, Some(savepoint));
     let mut ids = read_committed::<u64>(out.path()).unwrap();

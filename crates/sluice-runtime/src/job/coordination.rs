@@ -317,19 +317,7 @@ impl Coordinators {
     ) -> Result<(), JobError> {
         for h in &mut self.holders {
             for s in 0..h.parallelism {
-                let target = SubtaskAttempt::new(s, attempt);
-                if let Some(tx) = mailboxes.get(&(h.node, s)) {
-                    lock(&h.shared.state).mailboxes.insert(target, tx.clone());
-                }
-                lock(&h.shared.state).valve.attempt_ready(target);
-                h.live.attempt_ready(s, attempt);
-                h.attempts[s] = Some(attempt);
-                let transport: Arc<dyn EventTransport> = Arc::new(ValveTransport(h.shared.clone()));
-                let gateway = SubtaskGateway::new(s, attempt, transport);
-                h.coordinator
-                    .execution_attempt_ready(s, attempt, gateway)
-                    .await
-                    .map_err(|e| coordinator_error(h.node, &h.name, "accept a ready subtask", e))?;
+                Self::subtask_ready(h, s, attempt, mailboxes.get(&(h.node, s))).await?;
             }
             // Every call so far is queued on the coordinator (a replacement has replayed
             // them): from now on the subtasks may queue their events directly behind them.
@@ -581,6 +569,32 @@ impl Coordinators {
             .map_err(|e| coordinator_error(h.node, &h.name, "take a subtask failure", e))
     }
 
+    /// `attempt` of subtask `s` runs, its task reading `mailbox`: the valve and the live
+    /// attempts admit it, and the coordinator gets a gateway to it.
+    async fn subtask_ready(
+        h: &mut Holder,
+        s: SubtaskIndex,
+        attempt: AttemptNumber,
+        mailbox: Option<&mpsc::Sender<TaskControl>>,
+    ) -> Result<(), JobError> {
+        let target = SubtaskAttempt::new(s, attempt);
+        {
+            let mut st = lock(&h.shared.state);
+            if let Some(tx) = mailbox {
+                st.mailboxes.insert(target, tx.clone());
+            }
+            st.valve.attempt_ready(target);
+        }
+        h.live.attempt_ready(s, attempt);
+        h.attempts[s] = Some(attempt);
+        let transport: Arc<dyn EventTransport> = Arc::new(ValveTransport(h.shared.clone()));
+        let gateway = SubtaskGateway::new(s, attempt, transport);
+        h.coordinator
+            .execution_attempt_ready(s, attempt, gateway)
+            .await
+            .map_err(|e| coordinator_error(h.node, &h.name, "accept a ready subtask", e))
+    }
+
     /// The subtasks in `subtasks` (one failed region's, as (operator, subtask)) were stopped:
     /// their coordinators see each attempt fail, the rest of the job is untouched.
     pub(crate) async fn subtasks_failed(
@@ -619,20 +633,7 @@ impl Coordinators {
                     .await
                     .map_err(|e| coordinator_error(h.node, &h.name, "reset a subtask", e))?;
                 h.live.subtask_reset(s);
-                let target = SubtaskAttempt::new(s, attempt);
-                {
-                    let mut st = lock(&h.shared.state);
-                    st.mailboxes.insert(target, tx.clone());
-                    st.valve.attempt_ready(target);
-                }
-                h.live.attempt_ready(s, attempt);
-                h.attempts[s] = Some(attempt);
-                let transport: Arc<dyn EventTransport> = Arc::new(ValveTransport(h.shared.clone()));
-                let gateway = SubtaskGateway::new(s, attempt, transport);
-                h.coordinator
-                    .execution_attempt_ready(s, attempt, gateway)
-                    .await
-                    .map_err(|e| coordinator_error(h.node, &h.name, "accept a ready subtask", e))?;
+                Self::subtask_ready(h, s, attempt, Some(tx)).await?;
             }
         }
         Ok(())

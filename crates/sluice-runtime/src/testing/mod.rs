@@ -10,6 +10,8 @@
 //!   and [`IgnoreEvents`], coordinator logic that accepts every event;
 //! - [`KeyedCounter`]: keyed counts in checkpointed state, exact under failures, and
 //!   [`CountingPassThrough`], which also passes its records through;
+//! - [`InputGate`] (`gate.rs`): a pass-through that stops taking input after some records per
+//!   subtask, to hold a job mid-way for a savepoint or a cancel;
 //! - [`PassThrough`] (`pass_through.rs`): a pass-through operator whose hooks signal batches,
 //!   snapshots, completed checkpoints and end of input, to watch a running job (or to send
 //!   events to its coordinator);
@@ -38,10 +40,12 @@
 //! ```
 
 mod coordinator;
+mod gate;
 mod harness;
 mod pass_through;
 
 pub use coordinator::{CoordinatorFault, CoordinatorFaultInjector, FaultyLogic, IgnoreEvents};
+pub use gate::InputGate;
 pub use harness::OperatorTestHarness;
 pub use pass_through::{HookResult, PassThrough};
 
