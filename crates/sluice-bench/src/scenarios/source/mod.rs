@@ -3,7 +3,9 @@
 //!
 //! - `p1`: the job at parallelism 1 against the loop (records/s, and MB/s of input in
 //!   `detail`); target ≥ 0.8 of the loop;
-//! - `p2`: the job at parallelism 2 against its own parallelism-1 rate; target ≥ 1.6.
+//! - `p2`: the job at parallelism 2 against its own parallelism-1 rate; target ≥ 1.6;
+//! - `loop-x2`: the loop on 2 threads (each over every other file) against the loop on one:
+//!   what this machine gives the same work on its second core, the ceiling `p2` is judged by.
 //!
 //! `detail` also holds each side's process CPU time per run (median): on a shared machine the
 //! wall-clock rate of `p2` depends on how much of the second core is free, its CPU time does
@@ -18,7 +20,7 @@ use crate::measure::{Run, Side, interleaved, machine, median, process_cpu_time, 
 use crate::report::{Report, Row};
 use std::cell::RefCell;
 use std::time::Duration;
-use workload::{baseline_loop, job, write_files};
+use workload::{baseline_loop, baseline_loop_threads, job, write_files};
 
 const SCENARIO: &str = "source";
 
@@ -54,7 +56,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let loop_name = "BufReader + serde_json loop";
     // CPU time per run of each side: beside the wall clock, it shows what a run costs whatever
     // share of the 2 cores the machine's other work left it.
-    let cpu: [RefCell<Vec<Duration>>; 3] = Default::default();
+    let cpu: [RefCell<Vec<Duration>>; 4] = Default::default();
     let t = interleaved(
         reps,
         vec![
@@ -64,12 +66,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             Side::new("sluice p1", || {
                 cpu_timed(&cpu[1], || timed(|| rt.block_on(job(dir.path(), 1))))
             }),
+            Side::new("loop on 2 threads", || {
+                cpu_timed(&cpu[3], || timed(|| baseline_loop_threads(dir.path(), 2)))
+            }),
         ],
         Side::new("sluice p2", || {
             cpu_timed(&cpu[2], || timed(|| rt.block_on(job(dir.path(), 2))))
         }),
     )?;
-    let (loop_runs, p1, p2) = (&t.baselines[0], &t.baselines[1], &t.sluice);
+    let (loop_runs, p1, loop2, p2) = (&t.baselines[0], &t.baselines[1], &t.baselines[2], &t.sluice);
     let mb = |d: Duration| bytes as f64 / d.as_secs_f64().max(f64::MIN_POSITIVE) / 1e6;
     let cpu_s = |i: usize| {
         let runs: Vec<Duration> = cpu[i].borrow().iter().skip(1).copied().collect();
@@ -93,6 +98,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .parallelism(2)
         .target(1.6);
     row.detail = Some(detail(p2, 2));
+    report.add(row)?;
+    // Not sluice: the machine's own scaling of the loop, for reading `p2`.
+    let mut row = Row::throughput(
+        SCENARIO,
+        "loop-x2",
+        records,
+        loop2,
+        Some((loop_name, loop_runs)),
+    )
+    .parallelism(2);
+    row.detail = Some(detail(loop2, 3));
     report.add(row)?;
     report.finish()
 }
@@ -120,6 +136,7 @@ mod tests {
         write_files(dir.path(), 3, 500).unwrap();
         let expected = (0..1500u64).sum::<u64>();
         assert_eq!(baseline_loop(dir.path()).unwrap(), expected);
+        assert_eq!(baseline_loop_threads(dir.path(), 2).unwrap(), expected);
         let rt = runtime().unwrap();
         assert_eq!(rt.block_on(job(dir.path(), 1)).unwrap(), expected);
         assert_eq!(rt.block_on(job(dir.path(), 2)).unwrap(), expected);

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use sluice::prelude::*;
 use sluice_source::{FileSource, FromSource};
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -54,10 +54,41 @@ pub fn write_files(dir: &Path, files: u64, lines: u64) -> anyhow::Result<u64> {
 /// The baseline: every file in name order, a buffered reader, one `serde_json::from_str` per
 /// line; returns the wrapping sum of the ids.
 pub fn baseline_loop(dir: &Path) -> anyhow::Result<u64> {
+    read_files(&sorted_files(dir)?)
+}
+
+/// The same loop on `threads` threads, each over every `threads`-th file: what this machine
+/// gives the same work on more cores (the reference for the job's own scaling).
+pub fn baseline_loop_threads(dir: &Path, threads: usize) -> anyhow::Result<u64> {
+    let files = sorted_files(dir)?;
+    let shares: Vec<Vec<PathBuf>> = (0..threads)
+        .map(|t| files.iter().skip(t).step_by(threads).cloned().collect())
+        .collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = shares
+            .iter()
+            .map(|share| scope.spawn(move || read_files(share)))
+            .collect();
+        handles.into_iter().try_fold(0u64, |sum, h| {
+            let part = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("a loop thread panicked"))??;
+            Ok(sum.wrapping_add(part))
+        })
+    })
+}
+
+/// The files of `dir`, in name order.
+fn sorted_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut files: Vec<_> = std::fs::read_dir(dir)?
         .map(|e| e.map(|e| e.path()))
         .collect::<Result<_, _>>()?;
     files.sort();
+    Ok(files)
+}
+
+/// Reads and decodes `files` in order; returns the wrapping sum of the ids.
+fn read_files(files: &[PathBuf]) -> anyhow::Result<u64> {
     let mut sum = 0u64;
     let mut line = String::new();
     for path in files {
