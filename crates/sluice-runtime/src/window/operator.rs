@@ -253,51 +253,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         }
     }
 
-    /// A record of a non-merging assigner.
-    #[inline]
-    fn add_to_windows(
-        &mut self,
-        key: K,
-        record: In,
-        time: i64,
-        out: &mut Collector<Tagged<C::Out>>,
-    ) -> Result<(), UserError>
-    where
-        In: Data,
-    {
-        if let WindowKind::Tumbling { size, offset } = self.spec.assigner.kind {
-            // One window per record: no list.
-            let start = TimeWindow::start_with_offset(time, offset, size);
-            let w = TimeWindow::new(start, start.saturating_add(size));
-            if self.is_window_late(&w) {
-                if self.is_element_late(time) {
-                    self.late(record, time, out);
-                }
-                return Ok(());
-            }
-            return self.add_one(&key, w, record, out);
-        }
-        let mut windows = std::mem::take(&mut self.assigned);
-        windows.clear();
-        self.spec.assigner.assign(time, &mut windows);
-        windows.retain(|w| !self.is_window_late(w));
-        let result = (|| {
-            let Some((&last, rest)) = windows.split_last() else {
-                if self.is_element_late(time) {
-                    self.late(record, time, out);
-                }
-                return Ok(());
-            };
-            for &w in rest {
-                self.add_one(&key, w, record.clone(), out)?;
-            }
-            self.add_one(&key, last, record, out)
-        })();
-        self.assigned = windows;
-        result
-    }
-
-    #[inline]
+    #[inline(always)]
     fn add_one(
         &mut self,
         key: &K,
@@ -509,31 +465,47 @@ where
     ) -> Result<(), UserError> {
         let timestamps = out.take_input_timestamps();
         let event_time = self.event_time();
-        if event_time && timestamps.is_none() {
-            return Err(no_timestamp());
-        }
-        let now = if event_time {
-            0
-        } else {
-            self.timers.current_processing_time()
+        let times = match (&timestamps, event_time) {
+            (Some(ts), true) => RecordTimes::Event(ts),
+            (None, true) => return Err(no_timestamp()),
+            (_, false) => RecordTimes::Now(self.timers.current_processing_time()),
         };
-        let merging = self.spec.assigner.is_merging();
-        for (i, record) in batch.into_iter().enumerate() {
-            let time = match &timestamps {
-                Some(ts) if event_time => match ts[i] {
-                    NO_TIMESTAMP => return Err(no_timestamp()),
-                    t => t,
-                },
-                _ => now,
-            };
-            let key = (self.key_fn)(&record);
-            if merging {
+        if self.spec.assigner.is_merging() {
+            for (i, record) in batch.into_iter().enumerate() {
+                let time = times.at(i)?;
+                let key = (self.key_fn)(&record);
                 self.add_to_session(key, record, time, out)?;
-            } else {
-                self.add_to_windows(key, record, time, out)?;
             }
+            return Ok(());
         }
-        Ok(())
+        // Nearby records share their windows: they are assigned (and checked for lateness,
+        // which only the watermark changes, never during a batch) once per range of times.
+        let mut windows = std::mem::take(&mut self.assigned);
+        let result = (|| {
+            let (mut lo, mut hi) = (0, 0);
+            for (i, record) in batch.into_iter().enumerate() {
+                let time = times.at(i)?;
+                if !(lo <= time && time < hi) {
+                    windows.clear();
+                    (lo, hi) = self.spec.assigner.assign_with_range(time, &mut windows);
+                    windows.retain(|w| !self.is_window_late(w));
+                }
+                let Some((&last, rest)) = windows.split_last() else {
+                    if self.is_element_late(time) {
+                        self.late(record, time, out);
+                    }
+                    continue;
+                };
+                let key = (self.key_fn)(&record);
+                for &w in rest {
+                    self.add_one(&key, w, record.clone(), out)?;
+                }
+                self.add_one(&key, last, record, out)?;
+            }
+            Ok(())
+        })();
+        self.assigned = windows;
+        result
     }
 
     fn process_watermark(
@@ -618,6 +590,25 @@ fn emit_results<K, In, C: WindowContents<K, In>>(
         out.collect_at(Tagged::Main(r), w.max_timestamp());
     }
     Ok(())
+}
+
+/// Where each record of a batch gets its time: its event time, or processing time now.
+enum RecordTimes<'a> {
+    Event(&'a [i64]),
+    Now(i64),
+}
+
+impl RecordTimes<'_> {
+    #[inline(always)]
+    fn at(&self, i: usize) -> Result<i64, UserError> {
+        match self {
+            RecordTimes::Event(ts) => match ts.get(i) {
+                Some(&t) if t != NO_TIMESTAMP => Ok(t),
+                _ => Err(no_timestamp()),
+            },
+            RecordTimes::Now(now) => Ok(*now),
+        }
+    }
 }
 
 fn no_timestamp() -> UserError {
