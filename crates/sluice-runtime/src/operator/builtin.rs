@@ -221,7 +221,7 @@ mod tests {
             modulus in 1u64..5,
         ) {
             let ts: Option<Vec<i64>> = timed.then(|| (0..values.len() as i64).map(|i| i * 7 - 3).collect());
-            let keep = move |x: &u64| x % modulus != 0;
+            let keep = move |x: &u64| !x.is_multiple_of(modulus);
 
             let mut op = FilterOp(keep);
             let got = run(&mut op, values.clone(), ts.clone());
@@ -230,7 +230,7 @@ mod tests {
             prop_assert_eq!(got.timestamps().unwrap_or(&[]), want.timestamps().unwrap_or(&[]));
 
             let strings: Vec<String> = values.iter().map(u64::to_string).collect();
-            let skeep = move |s: &String| s.parse::<u64>().is_ok_and(|x| x % modulus != 0);
+            let skeep = move |s: &String| s.parse::<u64>().is_ok_and(|x| !x.is_multiple_of(modulus));
             let mut op = FilterOp(skeep);
             let got = run(&mut op, strings.clone(), ts.clone());
             let want = model(&strings, ts.as_deref(), skeep);
@@ -238,7 +238,7 @@ mod tests {
             prop_assert_eq!(got.timestamps().unwrap_or(&[]), want.timestamps().unwrap_or(&[]));
 
             let large: Vec<[u64; 4]> = values.iter().map(|&x| [x, x, x, x]).collect();
-            let lkeep = move |a: &[u64; 4]| a[0] % modulus != 0;
+            let lkeep = move |a: &[u64; 4]| !a[0].is_multiple_of(modulus);
             let mut op = FilterOp(lkeep);
             let got = run(&mut op, large.clone(), ts.clone());
             let want = model(&large, ts.as_deref(), lkeep);
@@ -254,7 +254,7 @@ mod tests {
         use std::sync::Arc;
         let shared = Arc::new(());
         let records: Vec<(u64, Arc<()>)> = (0..10).map(|i| (i, shared.clone())).collect();
-        let mut op = FilterOp(|r: &(u64, Arc<()>)| r.0 % 3 != 0);
+        let mut op = FilterOp(|r: &(u64, Arc<()>)| !r.0.is_multiple_of(3));
         let got = run(&mut op, records, None);
         assert_eq!(got.len(), 6);
         assert_eq!(Arc::strong_count(&shared), 7);
