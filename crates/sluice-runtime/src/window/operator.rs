@@ -16,6 +16,12 @@
 //! emitting its results with event time `max_timestamp`; at the cleanup time the window's
 //! contents and timers are removed: nothing of a window outlives the time it can fire.
 //!
+//! At end of input the watermark's maximum fires every event-time window. Processing-time
+//! windows still open then never fire: like Flink's streaming execution (which quiesces an
+//! operator's processing-time service before `finish`; only its BATCH mode fires every
+//! processing-time timer at the end), the task stops polling the operator's processing-time
+//! timers once its input ended, and their windows go with the job.
+//!
 //! Session windows merge (Flink's `MergingWindowSet`, without its indirection to a separate
 //! state window: merged contents are merged at once): a record's window `[t, t + gap)` joins
 //! every window of its key it touches; the merged windows' timers are deleted, their contents
