@@ -35,26 +35,66 @@ use crate::process::{OutputTag, StateKey, Tagged, TimedOperator};
 use crate::state::{KeyGroupEntry, OperatorState};
 use crate::timer::{InternalTimers, ProcessingClock, TimeDomain, Timer};
 use rustc_hash::FxHashMap;
+use sluice_core::AttemptNumber;
 use sluice_core::codec;
+use sluice_core::sync::lock;
 use sluice_core::{CheckpointId, Data, NO_TIMESTAMP, UserError, Watermark};
 use std::collections::hash_map::Entry;
 use std::marker::PhantomData;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
 pub(super) const CONTENTS_STATE: &str = "_window/contents";
 
 /// How many late records the window operator's subtasks dropped (no late side output was set),
-/// summed over subtasks and attempts (Flink's `numLateRecordsDropped`). A record replayed after
-/// a failover is counted again.
+/// summed over the subtasks of the job's current attempt: Flink's `numLateRecordsDropped`.
+///
+/// Like Flink's metrics, which live with a task attempt and start from zero when the job
+/// restarts, the count starts again at zero when a new attempt opens the operator. Records
+/// replayed after a restore are therefore counted once, by the attempt that drops them; what
+/// the failed attempt counted is gone with it. A drop reported by an older attempt after a
+/// newer one opened is ignored.
+///
+/// ```
+/// use sluice_runtime::window::LateRecordsDropped;
+///
+/// let dropped = LateRecordsDropped::default();
+/// assert_eq!(dropped.get(), 0);
+/// ```
 #[derive(Clone, Debug, Default)]
-pub struct LateRecordsDropped(Arc<AtomicU64>);
+pub struct LateRecordsDropped(Arc<Mutex<AttemptCount>>);
+
+/// The count of one attempt.
+#[derive(Debug, Default)]
+struct AttemptCount {
+    attempt: AttemptNumber,
+    count: u64,
+}
 
 impl LateRecordsDropped {
-    /// The count so far.
+    /// The count so far, in the current attempt.
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        lock(&self.0).count
+    }
+
+    /// Attempt `attempt` opened an operator: a newer attempt than the counted one starts again
+    /// from zero.
+    fn open(&self, attempt: AttemptNumber) {
+        let mut c = lock(&self.0);
+        if attempt > c.attempt {
+            *c = AttemptCount { attempt, count: 0 };
+        }
+    }
+
+    /// Attempt `attempt` dropped `n` records.
+    fn add(&self, attempt: AttemptNumber, n: u64) {
+        let mut c = lock(&self.0);
+        if attempt > c.attempt {
+            *c = AttemptCount { attempt, count: 0 };
+        }
+        if attempt == c.attempt {
+            c.count += n;
+        }
     }
 }
 
@@ -95,6 +135,8 @@ pub struct WindowOperator<In, K, KF, C: WindowContents<K, In>> {
     assigned: Vec<TimeWindow>,
     results: Vec<C::Out>,
     max_parallelism: usize,
+    /// This subtask's attempt (for the late-drop count).
+    attempt: AttemptNumber,
     _in: PhantomData<fn(In)>,
 }
 
@@ -121,6 +163,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             assigned: Vec::new(),
             results: Vec::new(),
             max_parallelism: crate::DEFAULT_MAX_PARALLELISM,
+            attempt: 0,
             _in: PhantomData,
         }
     }
@@ -228,9 +271,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
     {
         match &self.spec.late_tag {
             Some(tag) => out.collect_at(Tagged::side(tag, record), timestamp),
-            None => {
-                self.spec.late_dropped.0.fetch_add(1, Ordering::Relaxed);
-            }
+            None => self.spec.late_dropped.add(self.attempt, 1),
         }
     }
 
@@ -460,6 +501,8 @@ where
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         self.max_parallelism = ctx.max_parallelism();
+        self.attempt = ctx.attempt_number();
+        self.spec.late_dropped.open(self.attempt);
         self.timers.set_clock(ProcessingClock::new());
         Ok(())
     }
