@@ -38,6 +38,18 @@ pub struct Args {
     /// Records per timed run (default 10 million, 1 million with --quick).
     #[arg(long)]
     records: Option<u64>,
+    /// Run only these cases (repeatable; default all), e.g. to profile one.
+    #[arg(long = "case", value_enum)]
+    cases: Vec<Case>,
+}
+
+/// The cases that `--case` selects.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Case {
+    /// 1-minute tumbling windows (target 0.7).
+    Tumbling,
+    /// 1-minute windows sliding by 10 seconds (informational).
+    Sliding,
 }
 
 /// Record `i`: a key out of 10,000 and an event time advancing 0.6 ms per record (100,000
@@ -190,10 +202,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "window on {}: {records} records per run, {KEYS} keys, {reps} timed runs per side, medians",
         machine()
     ));
-    for (case, size, slide, target) in [
-        ("tumbling", MINUTE, MINUTE, Some(0.7)),
-        ("sliding", MINUTE, SLIDE, None),
+    for (which, case, size, slide, target) in [
+        (Case::Tumbling, "tumbling", MINUTE, MINUTE, Some(0.7)),
+        (Case::Sliding, "sliding", MINUTE, SLIDE, None),
     ] {
+        if !args.cases.is_empty() && !args.cases.contains(&which) {
+            continue;
+        }
         report.progress(&format!(
             "{case}: {size} ms windows every {slide} ms, sluice vs an FxHashMap loop"
         ));

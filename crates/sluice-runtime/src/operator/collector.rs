@@ -85,6 +85,13 @@ impl<T> Collector<T> {
     }
 
     /// Emits a batch of records without event times after everything emitted so far.
+    ///
+    /// The records carry no event time downstream, even when the input batch had them: an
+    /// operator that passes its input on (or emits one record per input record, in order)
+    /// keeps the times with [`forward_batch`](Collector::forward_batch), as Flink keeps a
+    /// record's timestamp by default; a downstream event-time window fails on records without
+    /// one. (Attaching the input's times here by default would silently give unrelated records
+    /// of the same count the wrong times.)
     #[inline]
     pub fn emit_batch(&mut self, batch: Vec<T>) {
         if batch.is_empty() {

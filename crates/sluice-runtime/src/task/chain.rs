@@ -195,7 +195,11 @@ impl<In: Data, Op: Operator<In>> ChainStage<In> for OperatorStage<In, Op> {
 
     fn poll_work(&mut self, cx: &mut Context<'_>) -> Result<bool, TaskError> {
         let mut progressed = false;
-        {
+        // Once its input ended and its pending work drained, the operator is quiesced, as Flink
+        // quiesces an operator's processing-time service before `finish`: a processing-time
+        // timer still pending then never fires (also while the task lingers for its final
+        // checkpoint), so nothing reaches the next stage after its input ended.
+        if self.finish != FinishState::Done {
             loop {
                 match self.guarded("completing pending work", |op, out| {
                     Ok(op.poll_pending(cx, out))

@@ -168,10 +168,17 @@ impl<T: Data> Operator<T> for WatermarkAssigner<T> {
             out.emit_status(WatermarkStatus::Active);
         }
         let assign = &self.strategy.timestamp;
-        let timestamps: Vec<i64> = batch.iter().map(|r| assign(r)).collect();
-        if let Some(&m) = timestamps.iter().max() {
-            self.max_timestamp = self.max_timestamp.max(m);
-        }
+        // One pass: each record's time into the column and the running maximum.
+        let mut max = self.max_timestamp;
+        let timestamps: Vec<i64> = batch
+            .iter()
+            .map(|r| {
+                let t = assign(r);
+                max = max.max(t);
+                t
+            })
+            .collect();
+        self.max_timestamp = max;
         // The records carry their event time from here on, as Flink's `StreamRecord`s do.
         out.emit_batch_at(batch, Some(timestamps));
         let candidate = self.strategy.watermark_after(self.max_timestamp);

@@ -43,6 +43,7 @@ impl TimeWindow {
 
     /// The start of the window of `size` (shifted by `offset`) that holds `timestamp` (Flink's
     /// `TimeWindow.getWindowStartWithOffset`).
+    #[inline]
     pub fn start_with_offset(timestamp: i64, offset: i64, size: i64) -> i64 {
         timestamp - (timestamp - offset).rem_euclid(size)
     }
@@ -131,6 +132,37 @@ impl WindowAssigner {
                 "a session window needs a gap above 0 (gap {gap} ms)"
             )),
             _ => Ok(()),
+        }
+    }
+
+    /// Like [`assign`](Self::assign), and returns a range of timestamps `[lo, hi)` that all get
+    /// exactly the windows appended, so that a caller placing many records of nearby times
+    /// computes the windows once per range instead of once per record. The range may be empty
+    /// or miss `timestamp` at the edges of the time line (then the caller just assigns again);
+    /// it never holds a timestamp with other windows.
+    #[inline]
+    pub(crate) fn assign_with_range(
+        &self,
+        timestamp: i64,
+        out: &mut Vec<TimeWindow>,
+    ) -> (i64, i64) {
+        let first = out.len();
+        self.assign(timestamp, out);
+        let appended = &out[first..];
+        match (self.kind, appended.first(), appended.last()) {
+            // One window, the same for every timestamp in it.
+            (WindowKind::Tumbling { .. }, Some(w), _) => (w.start, w.end),
+            // Windows start every `slide`: the set holds the starts in `(t - size, t]`. It stays
+            // the same until the next start (`newest + slide`) or the end of the oldest window,
+            // and back to the newest start or until the window before the oldest would be in.
+            (WindowKind::Sliding { size, slide, .. }, Some(newest), Some(oldest)) => {
+                let lo = newest
+                    .start
+                    .max(oldest.start.saturating_sub(slide).saturating_add(size));
+                let hi = newest.start.saturating_add(slide).min(oldest.end);
+                (lo, hi)
+            }
+            _ => (timestamp, timestamp),
         }
     }
 
@@ -299,5 +331,48 @@ mod tests {
                 .validate()
                 .is_ok()
         );
+    }
+
+    proptest::proptest! {
+        /// Every timestamp in the range `assign_with_range` returns gets the same windows as the
+        /// timestamp it was asked about, for tumbling and sliding windows of any sizes, offsets
+        /// and timestamps (also near the ends of the time line).
+        #[test]
+        fn a_range_holds_only_timestamps_with_the_same_windows(
+            size in 1i64..200,
+            slide in 1i64..200,
+            offset_seed in proptest::prelude::any::<i64>(),
+            t in proptest::prop_oneof![
+                -1_000i64..1_000,
+                (i64::MAX - 1_000)..(i64::MAX - 500),
+                (i64::MIN + 500)..(i64::MIN + 1_000),
+            ],
+            probes in proptest::collection::vec(0u16..1000, 1..20),
+        ) {
+            let assigners = [
+                WindowAssigner { kind: WindowKind::Tumbling { size, offset: offset_seed % size }, time: WindowTime::Event },
+                WindowAssigner { kind: WindowKind::Sliding { size, slide, offset: offset_seed % slide }, time: WindowTime::Event },
+            ];
+            for a in assigners {
+                let mut want = Vec::new();
+                let (lo, hi) = a.assign_with_range(t, &mut want);
+                let mut plain = Vec::new();
+                a.assign(t, &mut plain);
+                proptest::prop_assert_eq!(&want, &plain);
+                if lo >= hi {
+                    continue;
+                }
+                let width = (hi as i128 - lo as i128) as u128;
+                for p in &probes {
+                    let probe = (lo as i128 + (u128::from(*p) * width / 1000) as i128) as i64;
+                    let mut got = Vec::new();
+                    a.assign(probe, &mut got);
+                    proptest::prop_assert_eq!(&got, &want, "{:?} at {} in [{}, {}) from {}", a, probe, lo, hi, t);
+                }
+                let mut got = Vec::new();
+                a.assign(hi - 1, &mut got);
+                proptest::prop_assert_eq!(&got, &want, "{:?} at hi - 1 = {}", a, hi - 1);
+            }
+        }
     }
 }

@@ -16,6 +16,12 @@
 //! emitting its results with event time `max_timestamp`; at the cleanup time the window's
 //! contents and timers are removed: nothing of a window outlives the time it can fire.
 //!
+//! At end of input the watermark's maximum fires every event-time window. Processing-time
+//! windows still open then never fire: like Flink's streaming execution (which quiesces an
+//! operator's processing-time service before `finish`; only its BATCH mode fires every
+//! processing-time timer at the end), the task stops polling the operator's processing-time
+//! timers once its input ended, and their windows go with the job.
+//!
 //! Session windows merge (Flink's `MergingWindowSet`, without its indirection to a separate
 //! state window: merged contents are merged at once): a record's window `[t, t + gap)` joins
 //! every window of its key it touches; the merged windows' timers are deleted, their contents
@@ -29,26 +35,66 @@ use crate::process::{OutputTag, StateKey, Tagged, TimedOperator};
 use crate::state::{KeyGroupEntry, OperatorState};
 use crate::timer::{InternalTimers, ProcessingClock, TimeDomain, Timer};
 use rustc_hash::FxHashMap;
+use sluice_core::AttemptNumber;
 use sluice_core::codec;
+use sluice_core::sync::lock;
 use sluice_core::{CheckpointId, Data, NO_TIMESTAMP, UserError, Watermark};
 use std::collections::hash_map::Entry;
 use std::marker::PhantomData;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
 pub(super) const CONTENTS_STATE: &str = "_window/contents";
 
 /// How many late records the window operator's subtasks dropped (no late side output was set),
-/// summed over subtasks and attempts (Flink's `numLateRecordsDropped`). A record replayed after
-/// a failover is counted again.
+/// summed over the subtasks of the job's current attempt: Flink's `numLateRecordsDropped`.
+///
+/// Like Flink's metrics, which live with a task attempt and start from zero when the job
+/// restarts, the count starts again at zero when a new attempt opens the operator. Records
+/// replayed after a restore are therefore counted once, by the attempt that drops them; what
+/// the failed attempt counted is gone with it. A drop reported by an older attempt after a
+/// newer one opened is ignored.
+///
+/// ```
+/// use sluice_runtime::window::LateRecordsDropped;
+///
+/// let dropped = LateRecordsDropped::default();
+/// assert_eq!(dropped.get(), 0);
+/// ```
 #[derive(Clone, Debug, Default)]
-pub struct LateRecordsDropped(Arc<AtomicU64>);
+pub struct LateRecordsDropped(Arc<Mutex<AttemptCount>>);
+
+/// The count of one attempt.
+#[derive(Debug, Default)]
+struct AttemptCount {
+    attempt: AttemptNumber,
+    count: u64,
+}
 
 impl LateRecordsDropped {
-    /// The count so far.
+    /// The count so far, in the current attempt.
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        lock(&self.0).count
+    }
+
+    /// Attempt `attempt` opened an operator: a newer attempt than the counted one starts again
+    /// from zero.
+    fn open(&self, attempt: AttemptNumber) {
+        let mut c = lock(&self.0);
+        if attempt > c.attempt {
+            *c = AttemptCount { attempt, count: 0 };
+        }
+    }
+
+    /// Attempt `attempt` dropped `n` records.
+    fn add(&self, attempt: AttemptNumber, n: u64) {
+        let mut c = lock(&self.0);
+        if attempt > c.attempt {
+            *c = AttemptCount { attempt, count: 0 };
+        }
+        if attempt == c.attempt {
+            c.count += n;
+        }
     }
 }
 
@@ -89,6 +135,8 @@ pub struct WindowOperator<In, K, KF, C: WindowContents<K, In>> {
     assigned: Vec<TimeWindow>,
     results: Vec<C::Out>,
     max_parallelism: usize,
+    /// This subtask's attempt (for the late-drop count).
+    attempt: AttemptNumber,
     _in: PhantomData<fn(In)>,
 }
 
@@ -115,6 +163,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             assigned: Vec::new(),
             results: Vec::new(),
             max_parallelism: crate::DEFAULT_MAX_PARALLELISM,
+            attempt: 0,
             _in: PhantomData,
         }
     }
@@ -222,9 +271,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
     {
         match &self.spec.late_tag {
             Some(tag) => out.collect_at(Tagged::side(tag, record), timestamp),
-            None => {
-                self.spec.late_dropped.0.fetch_add(1, Ordering::Relaxed);
-            }
+            None => self.spec.late_dropped.add(self.attempt, 1),
         }
     }
 
@@ -253,51 +300,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         }
     }
 
-    /// A record of a non-merging assigner.
-    #[inline]
-    fn add_to_windows(
-        &mut self,
-        key: K,
-        record: In,
-        time: i64,
-        out: &mut Collector<Tagged<C::Out>>,
-    ) -> Result<(), UserError>
-    where
-        In: Data,
-    {
-        if let WindowKind::Tumbling { size, offset } = self.spec.assigner.kind {
-            // One window per record: no list.
-            let start = TimeWindow::start_with_offset(time, offset, size);
-            let w = TimeWindow::new(start, start.saturating_add(size));
-            if self.is_window_late(&w) {
-                if self.is_element_late(time) {
-                    self.late(record, time, out);
-                }
-                return Ok(());
-            }
-            return self.add_one(&key, w, record, out);
-        }
-        let mut windows = std::mem::take(&mut self.assigned);
-        windows.clear();
-        self.spec.assigner.assign(time, &mut windows);
-        windows.retain(|w| !self.is_window_late(w));
-        let result = (|| {
-            let Some((&last, rest)) = windows.split_last() else {
-                if self.is_element_late(time) {
-                    self.late(record, time, out);
-                }
-                return Ok(());
-            };
-            for &w in rest {
-                self.add_one(&key, w, record.clone(), out)?;
-            }
-            self.add_one(&key, last, record, out)
-        })();
-        self.assigned = windows;
-        result
-    }
-
-    #[inline]
+    #[inline(always)]
     fn add_one(
         &mut self,
         key: &K,
@@ -498,6 +501,8 @@ where
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         self.max_parallelism = ctx.max_parallelism();
+        self.attempt = ctx.attempt_number();
+        self.spec.late_dropped.open(self.attempt);
         self.timers.set_clock(ProcessingClock::new());
         Ok(())
     }
@@ -509,31 +514,47 @@ where
     ) -> Result<(), UserError> {
         let timestamps = out.take_input_timestamps();
         let event_time = self.event_time();
-        if event_time && timestamps.is_none() {
-            return Err(no_timestamp());
-        }
-        let now = if event_time {
-            0
-        } else {
-            self.timers.current_processing_time()
+        let times = match (&timestamps, event_time) {
+            (Some(ts), true) => RecordTimes::Event(ts),
+            (None, true) => return Err(no_timestamp()),
+            (_, false) => RecordTimes::Now(self.timers.current_processing_time()),
         };
-        let merging = self.spec.assigner.is_merging();
-        for (i, record) in batch.into_iter().enumerate() {
-            let time = match &timestamps {
-                Some(ts) if event_time => match ts[i] {
-                    NO_TIMESTAMP => return Err(no_timestamp()),
-                    t => t,
-                },
-                _ => now,
-            };
-            let key = (self.key_fn)(&record);
-            if merging {
+        if self.spec.assigner.is_merging() {
+            for (i, record) in batch.into_iter().enumerate() {
+                let time = times.at(i)?;
+                let key = (self.key_fn)(&record);
                 self.add_to_session(key, record, time, out)?;
-            } else {
-                self.add_to_windows(key, record, time, out)?;
             }
+            return Ok(());
         }
-        Ok(())
+        // Nearby records share their windows: they are assigned (and checked for lateness,
+        // which only the watermark changes, never during a batch) once per range of times.
+        let mut windows = std::mem::take(&mut self.assigned);
+        let result = (|| {
+            let (mut lo, mut hi) = (0, 0);
+            for (i, record) in batch.into_iter().enumerate() {
+                let time = times.at(i)?;
+                if !(lo <= time && time < hi) {
+                    windows.clear();
+                    (lo, hi) = self.spec.assigner.assign_with_range(time, &mut windows);
+                    windows.retain(|w| !self.is_window_late(w));
+                }
+                let Some((&last, rest)) = windows.split_last() else {
+                    if self.is_element_late(time) {
+                        self.late(record, time, out);
+                    }
+                    continue;
+                };
+                let key = (self.key_fn)(&record);
+                for &w in rest {
+                    self.add_one(&key, w, record.clone(), out)?;
+                }
+                self.add_one(&key, last, record, out)?;
+            }
+            Ok(())
+        })();
+        self.assigned = windows;
+        result
     }
 
     fn process_watermark(
@@ -618,6 +639,25 @@ fn emit_results<K, In, C: WindowContents<K, In>>(
         out.collect_at(Tagged::Main(r), w.max_timestamp());
     }
     Ok(())
+}
+
+/// Where each record of a batch gets its time: its event time, or processing time now.
+enum RecordTimes<'a> {
+    Event(&'a [i64]),
+    Now(i64),
+}
+
+impl RecordTimes<'_> {
+    #[inline(always)]
+    fn at(&self, i: usize) -> Result<i64, UserError> {
+        match self {
+            RecordTimes::Event(ts) => match ts.get(i) {
+                Some(&t) if t != NO_TIMESTAMP => Ok(t),
+                _ => Err(no_timestamp()),
+            },
+            RecordTimes::Now(now) => Ok(*now),
+        }
+    }
 }
 
 fn no_timestamp() -> UserError {

@@ -337,6 +337,58 @@ fn late_records_without_a_side_output_are_dropped_and_counted() {
     assert_eq!(op.windows.len(), 1);
 }
 
+/// A subtask context of attempt `attempt` (a restart's operators open with the next number).
+fn context_of_attempt(subtask: usize, parallelism: usize, attempt: u32) -> OperatorContext {
+    OperatorContext::new(crate::operator::ContextParts {
+        operator_id: sluice_core::NodeId(0),
+        operator_name: "window".into(),
+        subtask_index: subtask,
+        parallelism,
+        max_parallelism: crate::DEFAULT_MAX_PARALLELISM,
+        attempt_number: attempt,
+        metrics: Default::default(),
+        checkpointing: true,
+        to_coordinator: None,
+    })
+}
+
+/// The late-drop count is per attempt, as Flink's metrics are: after a restart the new attempt
+/// counts from zero, so the late records it replays from the restored position are counted
+/// once, not once per attempt; a straggling drop from the failed attempt is ignored.
+#[test]
+fn late_records_replayed_after_a_restart_are_counted_once() {
+    let a = TumblingEventTimeWindows::of(Duration::from_millis(10));
+    let dropped = LateRecordsDropped::default();
+    let late_batch = |op: &mut WindowOperator<Rec, u8, _, _>, c: &mut Collector<_>| {
+        op.process_watermark(Watermark::new(100), c).unwrap();
+        c.set_input_timestamps(Some(vec![5, 15, 150]));
+        op.process_batch(vec![(1, 5), (2, 15), (1, 150)], c)
+            .unwrap();
+    };
+    // Attempt 0, two subtasks: each drops its two late records.
+    let mut first: Vec<_> = (0..2)
+        .map(|s| {
+            let mut op = operator_with(a, 0, None, dropped.clone());
+            op.open(&context_of_attempt(s, 2, 0)).unwrap();
+            op
+        })
+        .collect();
+    let mut c = Collector::new();
+    for op in &mut first {
+        late_batch(op, &mut c);
+    }
+    assert_eq!(dropped.get(), 4);
+    // The job restarts: attempt 1 opens, replays the same input and drops the same records.
+    let mut second = operator_with(a, 0, None, dropped.clone());
+    second.open(&context_of_attempt(0, 1, 1)).unwrap();
+    assert_eq!(dropped.get(), 0, "a new attempt counts from zero");
+    late_batch(&mut second, &mut c);
+    assert_eq!(dropped.get(), 2);
+    // A drop from the failed attempt that arrives late does not count.
+    late_batch(&mut first[0], &mut c);
+    assert_eq!(dropped.get(), 2);
+}
+
 #[tokio::test(start_paused = true)]
 async fn processing_time_windows_fire_when_the_paused_clock_passes_their_end() {
     let a = TumblingProcessingTimeWindows::of(Duration::from_millis(1_000));
