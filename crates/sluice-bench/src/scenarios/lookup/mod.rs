@@ -145,7 +145,9 @@ fn one_backend(
         })
     };
     if let Some(side) = args.profile_side {
-        report.progress(&format!("{name}: {side:?} alone, {reps} runs, nothing reported"));
+        report.progress(&format!(
+            "{name}: {side:?} alone, {reps} runs, nothing reported"
+        ));
         for _ in 0..reps {
             let run = match side {
                 ProfileSide::Loop => hand_loop()?,
