@@ -226,11 +226,12 @@ where
             publish(&subtask);
             total.changed.notify_waiters();
             let values = values?;
-            inputs
-                .into_iter()
-                .zip(values)
-                .map(|(input, value)| decode(input, value.as_ref()))
-                .collect()
+            // Pushed into a vector sized once (collecting into a `Result` would grow it).
+            let mut outputs = Vec::with_capacity(inputs.len());
+            for (input, value) in inputs.into_iter().zip(values) {
+                outputs.push(decode(input, value.as_ref())?);
+            }
+            Ok(outputs)
         }
     }
 }
@@ -251,7 +252,7 @@ async fn look_up<S: LookupSource>(
     // For each record not answered by the cache, the index of its key among the distinct keys
     // to fetch; and those keys' first positions in `keys` (ascending).
     let mut from_fetch: Vec<(usize, usize)> = Vec::with_capacity(keys.len());
-    let mut distinct: Vec<usize> = Vec::new();
+    let mut distinct: Vec<usize> = Vec::with_capacity(keys.len());
     let mut hits = 0;
     {
         let mut index: FxHashMap<&S::Key, usize> = FxHashMap::default();
