@@ -267,21 +267,45 @@ impl<T: Data> Route<T> for BroadcastRoute {
     }
 }
 
-/// A user [`Partitioner`].
-pub(crate) struct CustomRoute<P>(pub(crate) P);
+/// A user [`Partitioner`], asked for a whole batch's targets at once
+/// ([`Partitioner::partition_batch`]).
+pub(crate) struct CustomRoute<P> {
+    partitioner: P,
+    /// The targets of the batch being routed, reused.
+    targets: Vec<usize>,
+}
+
+impl<P> CustomRoute<P> {
+    pub(crate) fn new(partitioner: P) -> Self {
+        CustomRoute {
+            partitioner,
+            targets: Vec::new(),
+        }
+    }
+}
 
 impl<T: Data, P: Partitioner<T>> Route<T> for CustomRoute<P> {
     #[inline]
     fn route(&mut self, batch: Batch<T>, out: &mut Buffers<T>) -> Result<(), String> {
         let n = out.targets();
         let (records, ts) = batch.into_parts();
-        for (i, r) in records.into_iter().enumerate() {
-            let t = self.0.partition(&r, n);
-            if t >= n {
-                return Err(format!(
-                    "the custom partitioner chose subtask {t} for record {r:?}, but there are only {n}"
-                ));
-            }
+        self.targets.clear();
+        self.partitioner
+            .partition_batch(&records, n, &mut self.targets);
+        if self.targets.len() != records.len() {
+            return Err(format!(
+                "the custom partitioner gave {} targets for a batch of {} records",
+                self.targets.len(),
+                records.len()
+            ));
+        }
+        if let Some(i) = self.targets.iter().position(|&t| t >= n) {
+            return Err(format!(
+                "the custom partitioner chose subtask {} for record {:?}, but there are only {n}",
+                self.targets[i], records[i]
+            ));
+        }
+        for (i, (r, &t)) in records.into_iter().zip(&self.targets).enumerate() {
             match &ts {
                 None => out.push(t, r),
                 Some(ts) => out.push_timed(t, r, ts[i]),
@@ -526,7 +550,67 @@ mod tests {
     #[test]
     fn custom_partitioner_out_of_range_is_an_error_naming_the_record() {
         let mut b = Buffers::<u32>::new(2, 10);
-        let err = Route::route(&mut CustomRoute(Bad), Batch::new(vec![42]), &mut b).unwrap_err();
+        let err =
+            Route::route(&mut CustomRoute::new(Bad), Batch::new(vec![42]), &mut b).unwrap_err();
         assert!(err.contains("subtask 2") && err.contains("42"), "{err}");
+    }
+
+    /// Routes by its own batch method: even records to 0, odd to 1, and counts its calls;
+    /// `partition` alone would send everything to 1.
+    struct ByBatch {
+        batches: usize,
+        short: bool,
+    }
+    impl Partitioner<u32> for ByBatch {
+        fn partition(&mut self, _r: &u32, _n: usize) -> usize {
+            1
+        }
+        fn partition_batch(&mut self, records: &[u32], _n: usize, out: &mut Vec<usize>) {
+            self.batches += 1;
+            let take = if self.short {
+                records.len() - 1
+            } else {
+                records.len()
+            };
+            out.extend(records[..take].iter().map(|r| (*r % 2) as usize));
+        }
+    }
+
+    #[test]
+    fn a_custom_partitioner_is_asked_once_per_batch() {
+        let mut b = Buffers::<u32>::new(2, 10);
+        let mut route = CustomRoute::new(ByBatch {
+            batches: 0,
+            short: false,
+        });
+        let ts = vec![10, 11, 12, 13];
+        Route::route(
+            &mut route,
+            Batch::with_timestamps(vec![0, 1, 2, 3], ts),
+            &mut b,
+        )
+        .unwrap();
+        assert_eq!(route.partitioner.batches, 1);
+        b.seal_all();
+        let got: Vec<_> = b.ready.drain(..).collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    0,
+                    StreamElement::Records(Batch::with_timestamps(vec![0, 2], vec![10, 12]))
+                ),
+                (
+                    1,
+                    StreamElement::Records(Batch::with_timestamps(vec![1, 3], vec![11, 13]))
+                ),
+            ]
+        );
+        let mut short = CustomRoute::new(ByBatch {
+            batches: 0,
+            short: true,
+        });
+        let err = Route::route(&mut short, Batch::new(vec![1, 2]), &mut b).unwrap_err();
+        assert!(err.contains("1 targets for a batch of 2"), "{err}");
     }
 }
