@@ -219,13 +219,15 @@ impl<K: ShuffleKey> RangeRouter<K> {
                 index: Some(index),
             } => {
                 let computed_for = bounds.len() + 1;
-                for r in records {
+                let start = out.len();
+                out.resize(start + records.len(), 0);
+                for (slot, r) in out[start..].iter_mut().zip(records) {
                     let k = key(r);
                     let range = match order_prefix(&k) {
                         Some(p) => index.range(bounds, &k, p),
                         None => partition(&k, bounds, computed_for),
                     };
-                    out.push(adjust_for_rescale(range, computed_for, num_partitions));
+                    *slot = adjust_for_rescale(range, computed_for, num_partitions);
                 }
             }
             Table::Sketch {
@@ -246,7 +248,10 @@ impl<K: ShuffleKey> RangeRouter<K> {
                 );
             }
             Table::Map { keys, splits } => {
-                for r in records {
+                // Written in place: no length update or capacity check per record.
+                let start = out.len();
+                out.resize(start + records.len(), 0);
+                for (slot, r) in out[start..].iter_mut().zip(records) {
                     let subtask = map_target(
                         keys,
                         splits,
@@ -255,7 +260,7 @@ impl<K: ShuffleKey> RangeRouter<K> {
                         &key(r),
                         num_partitions,
                     );
-                    out.push(adjust_for_rescale(subtask, computed_for, num_partitions));
+                    *slot = adjust_for_rescale(subtask, computed_for, num_partitions);
                 }
             }
         }
