@@ -19,7 +19,7 @@ use crate::bounds::{adjust_for_rescale, partition, ranges_of};
 use crate::global::{GlobalStatistics, Routing};
 use crate::rng::mix;
 use crate::statistics::{ShuffleKey, StatisticsType};
-use index::{KeyIndex, Shares, SketchIndex, Target, order_prefix};
+use index::{KeyIndex, Shares, SketchIndex, Splits, Target, order_prefix};
 use std::sync::Arc;
 
 mod index;
@@ -31,7 +31,7 @@ const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 enum Table<K> {
     Map {
         keys: KeyIndex<K>,
-        splits: Vec<Shares>,
+        splits: Splits,
     },
     Sketch {
         bounds: Vec<K>,
@@ -56,13 +56,13 @@ impl<K: ShuffleKey> RouteTable<K> {
         let table = match &statistics.routing {
             Routing::Map(m) => {
                 let mut entries = Vec::with_capacity(m.keys().len());
-                let mut splits = Vec::new();
+                let mut splits = Splits::default();
                 for (k, a) in m.keys() {
                     let target = if a.subtasks().len() == 1 {
                         Target::One(a.subtasks()[0])
                     } else {
-                        splits.push(Shares::new(a.subtasks().to_vec(), &a.routing_weights()));
-                        Target::Split(splits.len() - 1)
+                        let shares = Shares::new(a.subtasks().to_vec(), &a.routing_weights());
+                        Target::Split(splits.push(shares))
                     };
                     entries.push((k.clone(), target));
                 }
@@ -274,7 +274,7 @@ pub const LANES: usize = 8;
 #[inline(always)]
 fn map_target<K: ShuffleKey>(
     keys: &KeyIndex<K>,
-    splits: &[Shares],
+    splits: &Splits,
     sequences: &mut [u64],
     unknown: &mut u64,
     key: &K,
@@ -285,7 +285,7 @@ fn map_target<K: ShuffleKey>(
         Some(Target::Split(i)) => {
             let s = &mut sequences[i];
             *s = s.wrapping_add(GOLDEN);
-            splits[i].pick(*s)
+            splits.pick(i, *s)
         }
         None => {
             *unknown += 1;

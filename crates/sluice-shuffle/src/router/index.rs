@@ -174,6 +174,51 @@ impl Shares {
     }
 }
 
+/// Every split key's [`Shares`], with their bucket tables flattened into one array (entry
+/// `split * 64 + bucket`): a bucket within one share holds that share's subtask, so the common
+/// case is one load from one array, without going through the split's own vectors.
+#[derive(Debug, Default)]
+pub(crate) struct Splits {
+    direct: Vec<u64>,
+    shares: Vec<Shares>,
+}
+
+/// Marks a flattened bucket that straddles a share edge (its share must be computed).
+const MIXED: u64 = 1 << 63;
+
+impl Splits {
+    /// Adds a split key's shares; returns its index.
+    pub(crate) fn push(&mut self, shares: Shares) -> usize {
+        for &(lo, n) in &shares.buckets {
+            let entry = if n == 0 {
+                let pos = (lo as usize).min(shares.subtasks.len() - 1);
+                u64::try_from(shares.subtasks[pos]).unwrap_or(MIXED)
+            } else {
+                MIXED
+            };
+            self.direct.push(entry);
+        }
+        self.shares.push(shares);
+        self.shares.len() - 1
+    }
+
+    /// How many split keys there are.
+    pub(crate) fn len(&self) -> usize {
+        self.shares.len()
+    }
+
+    /// The subtask of split key `i` for its sequence value `s` (as [`Shares::pick`]).
+    #[inline(always)]
+    pub(crate) fn pick(&self, i: usize, s: u64) -> usize {
+        let e = self.direct[(i << SHARE_BUCKET_BITS) | (s >> (64 - SHARE_BUCKET_BITS)) as usize];
+        if e & MIXED == 0 {
+            e as usize
+        } else {
+            self.shares[i].pick(s)
+        }
+    }
+}
+
 /// Where the sequence value `s` falls in `0..total` (multiply-shift: monotone in `s`).
 #[inline(always)]
 fn point(s: u64, total: u64) -> u64 {
@@ -318,19 +363,26 @@ mod tests {
             vec![u64::from(u32::MAX), 1, 7],
         ] {
             let shares = Shares::new((0..weights.len()).collect(), &weights);
-            for _ in 0..20_000 {
-                let s = rng.next_u64();
-                assert_eq!(shares.pick(s), shares.pick_by_search(s), "{weights:?}");
-            }
+            let random: Vec<u64> = (0..20_000).map(|_| rng.next_u64()).collect();
             // Bucket edges exactly.
-            for g in 0..64u64 {
-                for s in [
+            let edges = (0..64u64).flat_map(|g| {
+                [
                     g << 58,
                     (g << 58).wrapping_sub(1),
                     (g << 58) | ((1 << 58) - 1),
-                ] {
-                    assert_eq!(shares.pick(s), shares.pick_by_search(s), "{weights:?}");
-                }
+                ]
+            });
+            let draws: Vec<u64> = random.into_iter().chain(edges).collect();
+            for &s in &draws {
+                assert_eq!(shares.pick(s), shares.pick_by_search(s), "{weights:?}");
+            }
+            // The same through the flattened table, behind another split key.
+            let mut splits = Splits::default();
+            splits.push(Shares::new(vec![7, 8], &[1, 1]));
+            let i = splits.push(Shares::new((0..weights.len()).collect(), &weights));
+            assert_eq!(splits.len(), 2);
+            for &s in &draws {
+                assert_eq!(splits.pick(i, s), shares.pick_by_search(s), "{weights:?}");
             }
         }
     }
