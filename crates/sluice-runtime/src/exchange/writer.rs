@@ -34,6 +34,8 @@ pub(crate) struct Buffers<T> {
     /// A watermark that arrived while records were buffered: it waits for the next seal of all
     /// buffers instead of forcing partial batches out (delaying a watermark is always safe).
     pending_watermark: Option<Watermark>,
+    /// The targets of the batch a custom partitioner is routing, reused from batch to batch.
+    routed: Vec<usize>,
 }
 
 impl<T: Data> Buffers<T> {
@@ -44,6 +46,7 @@ impl<T: Data> Buffers<T> {
             batch_size: batch_size.max(1),
             ready: VecDeque::new(),
             pending_watermark: None,
+            routed: Vec::new(),
         }
     }
 
@@ -269,48 +272,36 @@ impl<T: Data> Route<T> for BroadcastRoute {
 
 /// A user [`Partitioner`], asked for a whole batch's targets at once
 /// ([`Partitioner::partition_batch`]).
-pub(crate) struct CustomRoute<P> {
-    partitioner: P,
-    /// The targets of the batch being routed, reused.
-    targets: Vec<usize>,
-}
-
-impl<P> CustomRoute<P> {
-    pub(crate) fn new(partitioner: P) -> Self {
-        CustomRoute {
-            partitioner,
-            targets: Vec::new(),
-        }
-    }
-}
+pub(crate) struct CustomRoute<P>(pub(crate) P);
 
 impl<T: Data, P: Partitioner<T>> Route<T> for CustomRoute<P> {
     #[inline]
     fn route(&mut self, batch: Batch<T>, out: &mut Buffers<T>) -> Result<(), String> {
         let n = out.targets();
         let (records, ts) = batch.into_parts();
-        self.targets.clear();
-        self.partitioner
-            .partition_batch(&records, n, &mut self.targets);
-        if self.targets.len() != records.len() {
+        let mut targets = std::mem::take(&mut out.routed);
+        targets.clear();
+        self.0.partition_batch(&records, n, &mut targets);
+        if targets.len() != records.len() {
             return Err(format!(
                 "the custom partitioner gave {} targets for a batch of {} records",
-                self.targets.len(),
+                targets.len(),
                 records.len()
             ));
         }
-        if let Some(i) = self.targets.iter().position(|&t| t >= n) {
+        if let Some(i) = targets.iter().position(|&t| t >= n) {
             return Err(format!(
                 "the custom partitioner chose subtask {} for record {:?}, but there are only {n}",
-                self.targets[i], records[i]
+                targets[i], records[i]
             ));
         }
-        for (i, (r, &t)) in records.into_iter().zip(&self.targets).enumerate() {
+        for (i, (r, &t)) in records.into_iter().zip(&targets).enumerate() {
             match &ts {
                 None => out.push(t, r),
                 Some(ts) => out.push_timed(t, r, ts[i]),
             }
         }
+        out.routed = targets;
         Ok(())
     }
 }
@@ -550,8 +541,7 @@ mod tests {
     #[test]
     fn custom_partitioner_out_of_range_is_an_error_naming_the_record() {
         let mut b = Buffers::<u32>::new(2, 10);
-        let err =
-            Route::route(&mut CustomRoute::new(Bad), Batch::new(vec![42]), &mut b).unwrap_err();
+        let err = Route::route(&mut CustomRoute(Bad), Batch::new(vec![42]), &mut b).unwrap_err();
         assert!(err.contains("subtask 2") && err.contains("42"), "{err}");
     }
 
@@ -579,7 +569,7 @@ mod tests {
     #[test]
     fn a_custom_partitioner_is_asked_once_per_batch() {
         let mut b = Buffers::<u32>::new(2, 10);
-        let mut route = CustomRoute::new(ByBatch {
+        let mut route = CustomRoute(ByBatch {
             batches: 0,
             short: false,
         });
@@ -590,7 +580,7 @@ mod tests {
             &mut b,
         )
         .unwrap();
-        assert_eq!(route.partitioner.batches, 1);
+        assert_eq!(route.0.batches, 1);
         b.seal_all();
         let got: Vec<_> = b.ready.drain(..).collect();
         assert_eq!(
@@ -606,7 +596,7 @@ mod tests {
                 ),
             ]
         );
-        let mut short = CustomRoute::new(ByBatch {
+        let mut short = CustomRoute(ByBatch {
             batches: 0,
             short: true,
         });

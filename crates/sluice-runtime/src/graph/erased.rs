@@ -392,7 +392,7 @@ impl<T: Data, P: Partitioner<T> + Clone> WriterFactory for CustomWriter<T, P> {
         let tx = senders::<T>(tx)?;
         let mut partitioner = clone_locked(&self.partitioner);
         partitioner.open(&producer, tx.len());
-        let route = CustomRoute::new(partitioner);
+        let route = CustomRoute(partitioner);
         let stage: Stage<T> = Box::new(NetworkWriter::new(route, tx, batch_size, producer));
         Ok(Box::new(stage))
     }
