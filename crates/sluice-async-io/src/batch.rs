@@ -134,9 +134,6 @@ pub enum AsyncBatchError {
     /// [`BatchRetryScope::WholeBatch`], so this record is retried with it.
     #[error("retried with the rest of its batch")]
     RetriedWithBatch,
-    /// The batch was dropped before it answered (the operator closed).
-    #[error("the batch was dropped before it answered")]
-    Dropped,
 }
 
 impl AsyncBatchError {

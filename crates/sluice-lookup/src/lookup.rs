@@ -216,7 +216,7 @@ where
             };
             let values = look_up(
                 &source,
-                &keys,
+                keys,
                 subtask.cache.as_ref(),
                 cache_missing,
                 reconnect,
@@ -226,19 +226,22 @@ where
             publish(&subtask);
             total.changed.notify_waiters();
             let values = values?;
-            inputs
-                .into_iter()
-                .zip(values)
-                .map(|(input, value)| decode(input, value.as_ref()))
-                .collect()
+            // Pushed into a vector sized once (collecting into a `Result` would grow it).
+            let mut outputs = Vec::with_capacity(inputs.len());
+            for (input, value) in inputs.into_iter().zip(values) {
+                outputs.push(decode(input, value.as_ref())?);
+            }
+            Ok(outputs)
         }
     }
 }
 
 /// The values of `keys`: from the cache where it has them, the rest in one round trip.
+///
+/// Each distinct key is fetched once; the keys fetched are moved out of `keys`, not cloned.
 async fn look_up<S: LookupSource>(
     source: &S,
-    keys: &[S::Key],
+    keys: Vec<S::Key>,
     cache: Option<&moka::sync::Cache<S::Key, Option<S::Value>>>,
     cache_missing: bool,
     reconnect: Reconnect,
@@ -246,34 +249,45 @@ async fn look_up<S: LookupSource>(
 ) -> Result<Vec<Option<S::Value>>, LookupError> {
     let count = |field: Field, n: u64| add_all(counters, field, n);
     let mut values: Vec<Option<S::Value>> = vec![None; keys.len()];
-    // The distinct keys to fetch (indices into `keys`), and for each record not answered by
-    // the cache the index of its key among them.
-    let mut distinct: Vec<usize> = Vec::new();
-    let mut index: FxHashMap<&S::Key, usize> = FxHashMap::default();
-    let mut from_fetch: Vec<(usize, usize)> = Vec::new();
+    // For each record not answered by the cache, the index of its key among the distinct keys
+    // to fetch; and those keys' first positions in `keys` (ascending).
+    let mut from_fetch: Vec<(usize, usize)> = Vec::with_capacity(keys.len());
+    let mut distinct: Vec<usize> = Vec::with_capacity(keys.len());
     let mut hits = 0;
-    for (i, key) in keys.iter().enumerate() {
-        if let Some(cache) = cache
-            && let Some(cached) = cache.get(key)
-        {
-            values[i] = cached;
-            hits += 1;
-            continue;
+    {
+        let mut index: FxHashMap<&S::Key, usize> = FxHashMap::default();
+        index.reserve(keys.len());
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(cache) = cache
+                && let Some(cached) = cache.get(key)
+            {
+                values[i] = cached;
+                hits += 1;
+                continue;
+            }
+            let next = distinct.len();
+            let at = *index.entry(key).or_insert(next);
+            if at == next {
+                distinct.push(i);
+            }
+            from_fetch.push((i, at));
         }
-        let next = distinct.len();
-        let at = *index.entry(key).or_insert(next);
-        if at == next {
-            distinct.push(i);
-        }
-        from_fetch.push((i, at));
     }
     count(|c| &c.hits, hits);
     count(|c| &c.misses, from_fetch.len() as u64);
     if distinct.is_empty() {
         return Ok(values);
     }
-    let wanted: Vec<S::Key> = distinct.iter().map(|&i| keys[i].clone()).collect();
-    drop(index);
+    let wanted: Vec<S::Key> = if distinct.len() == keys.len() {
+        keys
+    } else {
+        let mut firsts = distinct.iter().copied().peekable();
+        keys.into_iter()
+            .enumerate()
+            .filter(|(i, _)| firsts.next_if_eq(i).is_some())
+            .map(|(_, k)| k)
+            .collect()
+    };
     let mut fetched = fetch_with_retries(source, &wanted, reconnect, counters).await?;
     if fetched.len() != wanted.len() {
         return Err(LookupError::Answer {
@@ -287,6 +301,13 @@ async fn look_up<S: LookupSource>(
                 cache.insert(key, value.clone());
             }
         }
+    }
+    if from_fetch.len() == fetched.len() {
+        // Every record asked a key of its own: each takes its value.
+        for (i, at) in from_fetch {
+            values[i] = fetched[at].take();
+        }
+        return Ok(values);
     }
     // A key asked by several records is cloned for all but its last one, which takes it.
     let mut uses = vec![0u32; fetched.len()];

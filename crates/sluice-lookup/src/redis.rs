@@ -154,8 +154,10 @@ impl LookupSource for RedisSource {
         let this = self.clone();
         let command = match self.command {
             Command::Mget => {
-                let mut cmd = redis::cmd("MGET");
-                cmd.arg(keys);
+                // Sized once: the command's buffers would otherwise grow key by key.
+                let bytes = 4 + keys.iter().map(String::len).sum::<usize>();
+                let mut cmd = redis::Cmd::with_capacity(keys.len() + 1, bytes);
+                cmd.arg("MGET").arg(keys);
                 Ok(cmd)
             }
             Command::HgetAll => {

@@ -77,6 +77,29 @@ pub(crate) fn partition_point<T>(slice: &[T], pred: impl Fn(&T) -> bool) -> usiz
     base + usize::from(pred(&slice[base]))
 }
 
+/// The ranges of `L` keys among `bounds` (as [`partition`] finds them, before the rescale
+/// adjustment), searched side by side: each halving step is taken for every key before the
+/// next, so the `L` searches' dependent loads overlap instead of running one after another.
+#[inline]
+pub(crate) fn ranges_of<K: Ord, const L: usize>(bounds: &[K], keys: &[K; L]) -> [usize; L] {
+    let mut base = [0usize; L];
+    let mut size = bounds.len();
+    if size == 0 {
+        return base;
+    }
+    while size > 1 {
+        let half = size / 2;
+        for (b, key) in base.iter_mut().zip(keys) {
+            *b += half & usize::from(bounds[*b + half] < *key).wrapping_neg();
+        }
+        size -= half;
+    }
+    for (b, key) in base.iter_mut().zip(keys) {
+        *b += usize::from(bounds[*b] < *key);
+    }
+    base
+}
+
 /// A subtask computed by statistics for `computed_for` subtasks, routed among `num_partitions`
 /// (Iceberg's `adjustPartitionWithRescale`): unchanged when there are as many or more subtasks
 /// now (subtasks added by a scale-up stay idle until new statistics arrive), folded with `%`
@@ -180,6 +203,19 @@ mod tests {
                     partition_point(&v, |b| *b <= key),
                     v.partition_point(|b| *b <= key)
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn ranges_searched_side_by_side_are_the_ranges_searched_alone() {
+        for len in 0..40usize {
+            let v: Vec<u32> = (0..len as u32).map(|x| x * 2).collect();
+            let keys: Vec<u32> = (0..(2 * len as u32 + 2)).collect();
+            for chunk in keys.chunks_exact(4) {
+                let lanes: [u32; 4] = [chunk[0], chunk[1], chunk[2], chunk[3]];
+                let expected = lanes.map(|k| v.partition_point(|b| *b < k));
+                assert_eq!(ranges_of(&v, &lanes), expected, "len {len}");
             }
         }
     }

@@ -239,6 +239,33 @@ where
         }
         subtask
     }
+
+    /// The network writer's call: the cell is checked once for the whole batch (the shuffle
+    /// operator publishes between batches, never while its output is being routed), then every
+    /// record is routed as [`partition`](Partitioner::partition) would route it.
+    fn partition_batch(&mut self, records: &[T], num_partitions: usize, out: &mut Vec<usize>) {
+        self.refresh();
+        let count = records.len() as u64;
+        match &mut self.router {
+            Some(router) => {
+                self.by_statistics += count;
+                router.route_batch(records, &self.key_fn, num_partitions, out);
+            }
+            None => {
+                self.by_round_robin += count;
+                let n = num_partitions.max(1) as u64;
+                let next = self.round_robin.get_or_insert(self.seed % n);
+                out.reserve(records.len());
+                for _ in records {
+                    out.push((*next % n) as usize);
+                    *next = next.wrapping_add(1);
+                }
+            }
+        }
+        if (self.by_statistics + self.by_round_robin) >= FLUSH_EVERY {
+            self.flush();
+        }
+    }
 }
 
 #[cfg(test)]

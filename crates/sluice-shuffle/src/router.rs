@@ -15,37 +15,28 @@
 //! record over any stretch, not only on average, so a subtask holding part of a heavy key
 //! receives no random excess. `sluice-bench shuffle-skew` measures the difference.
 
-use crate::bounds::{adjust_for_rescale, partition, partition_point};
+use crate::bounds::{adjust_for_rescale, partition, ranges_of};
 use crate::global::{GlobalStatistics, Routing};
 use crate::rng::mix;
 use crate::statistics::{ShuffleKey, StatisticsType};
-use rustc_hash::FxHashMap;
+use index::{KeyIndex, Shares, SketchIndex, Splits, Target, order_prefix};
 use std::sync::Arc;
+
+mod index;
 
 /// 2^64 / φ: the step of the Weyl sequence.
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 
-#[derive(Clone, Copy, Debug)]
-enum Target {
-    One(usize),
-    Split(usize),
-}
-
-#[derive(Debug)]
-struct Split {
-    subtasks: Vec<usize>,
-    cumulative: Vec<u64>,
-    total: u64,
-}
-
 #[derive(Debug)]
 enum Table<K> {
     Map {
-        keys: FxHashMap<K, Target>,
-        splits: Vec<Split>,
+        keys: KeyIndex<K>,
+        splits: Splits,
     },
     Sketch {
         bounds: Vec<K>,
+        /// The bounds bucketed by key prefix, when the key type has one.
+        index: Option<SketchIndex>,
     },
 }
 
@@ -64,35 +55,25 @@ impl<K: ShuffleKey> RouteTable<K> {
     pub fn new(statistics: &GlobalStatistics<K>) -> Self {
         let table = match &statistics.routing {
             Routing::Map(m) => {
-                let mut keys = FxHashMap::default();
-                keys.reserve(m.keys().len());
-                let mut splits = Vec::new();
+                let mut entries = Vec::with_capacity(m.keys().len());
+                let mut splits = Splits::default();
                 for (k, a) in m.keys() {
                     let target = if a.subtasks().len() == 1 {
                         Target::One(a.subtasks()[0])
                     } else {
-                        let mut total = 0;
-                        let cumulative = a
-                            .routing_weights()
-                            .into_iter()
-                            .map(|w| {
-                                total += w;
-                                total
-                            })
-                            .collect();
-                        splits.push(Split {
-                            subtasks: a.subtasks().to_vec(),
-                            cumulative,
-                            total,
-                        });
-                        Target::Split(splits.len() - 1)
+                        let shares = Shares::new(a.subtasks().to_vec(), &a.routing_weights());
+                        Target::Split(splits.push(shares))
                     };
-                    keys.insert(k.clone(), target);
+                    entries.push((k.clone(), target));
                 }
-                Table::Map { keys, splits }
+                Table::Map {
+                    keys: KeyIndex::new(entries),
+                    splits,
+                }
             }
             Routing::Sketch(bounds) => Table::Sketch {
                 bounds: bounds.clone(),
+                index: SketchIndex::new(bounds),
             },
         };
         RouteTable {
@@ -185,25 +166,130 @@ impl<K: ShuffleKey> RangeRouter<K> {
     pub fn route(&mut self, key: &K, num_partitions: usize) -> usize {
         let computed_for = self.table.computed_for;
         match &self.table.table {
-            Table::Sketch { bounds } => partition(key, bounds, num_partitions),
+            Table::Sketch { bounds, .. } => partition(key, bounds, num_partitions),
             Table::Map { keys, splits } => {
-                let subtask = match keys.get(key) {
-                    Some(Target::One(s)) => *s,
-                    Some(Target::Split(i)) => {
-                        let split = &splits[*i];
-                        let s = &mut self.sequences[*i];
-                        *s = s.wrapping_add(GOLDEN);
-                        let x = ((u128::from(*s) * u128::from(split.total)) >> 64) as u64;
-                        let pos = partition_point(&split.cumulative, |&c| c <= x);
-                        split.subtasks[pos.min(split.subtasks.len() - 1)]
-                    }
-                    None => {
-                        self.unknown += 1;
-                        (self.unknown % num_partitions.max(1) as u64) as usize
-                    }
-                };
+                let subtask = map_target(
+                    keys,
+                    splits,
+                    &mut self.sequences,
+                    &mut self.unknown,
+                    key,
+                    num_partitions,
+                );
                 adjust_for_rescale(subtask, computed_for, num_partitions)
             }
+        }
+    }
+
+    /// Appends the subtask of each record's key (`key(record)`) among `num_partitions`: the
+    /// same subtasks, in the same order, as [`route`](Self::route) called record by record,
+    /// with the table's kind decided once per batch, and (Sketch) the searches of
+    /// [`LANES`] keys at a time run side by side.
+    ///
+    /// ```
+    /// use sluice_shuffle::{CompletedData, CompletedStatistics, GlobalStatistics, RangeRouter, RouteTable};
+    /// use std::sync::Arc;
+    ///
+    /// let completed = CompletedStatistics {
+    ///     checkpoint: 1,
+    ///     downstream_parallelism: 4,
+    ///     data: CompletedData::Sketch((0u32..400).collect()),
+    /// };
+    /// let table = Arc::new(RouteTable::new(&GlobalStatistics::compute(&completed, 4, 0.0).unwrap()));
+    /// let records: Vec<(u32, &str)> = (0..20).map(|i| (i * 20, "payload")).collect();
+    /// let mut batch = Vec::new();
+    /// RangeRouter::new(table.clone(), 1).route_batch(&records, |r: &(u32, &str)| r.0, 4, &mut batch);
+    /// let mut one_by_one = RangeRouter::new(table, 1);
+    /// let expected: Vec<usize> = records.iter().map(|r| one_by_one.route(&r.0, 4)).collect();
+    /// assert_eq!(batch, expected);
+    /// assert_eq!(&batch[..6], &[0, 0, 0, 0, 0, 1]);
+    /// ```
+    pub fn route_batch<T>(
+        &mut self,
+        records: &[T],
+        key: impl Fn(&T) -> K,
+        num_partitions: usize,
+        out: &mut Vec<usize>,
+    ) {
+        let computed_for = self.table.computed_for;
+        out.reserve(records.len());
+        match &self.table.table {
+            Table::Sketch {
+                bounds,
+                index: Some(index),
+            } => {
+                let computed_for = bounds.len() + 1;
+                let start = out.len();
+                out.resize(start + records.len(), 0);
+                for (slot, r) in out[start..].iter_mut().zip(records) {
+                    let k = key(r);
+                    let range = match order_prefix(&k) {
+                        Some(p) => index.range(bounds, &k, p),
+                        None => partition(&k, bounds, computed_for),
+                    };
+                    *slot = adjust_for_rescale(range, computed_for, num_partitions);
+                }
+            }
+            Table::Sketch {
+                bounds,
+                index: None,
+            } => {
+                let chunks = records.chunks_exact(LANES);
+                let rest = chunks.remainder();
+                for chunk in chunks {
+                    let keys: [K; LANES] = std::array::from_fn(|j| key(&chunk[j]));
+                    for range in ranges_of(bounds, &keys) {
+                        out.push(adjust_for_rescale(range, bounds.len() + 1, num_partitions));
+                    }
+                }
+                out.extend(
+                    rest.iter()
+                        .map(|r| partition(&key(r), bounds, num_partitions)),
+                );
+            }
+            Table::Map { keys, splits } => {
+                // Written in place: no length update or capacity check per record.
+                let start = out.len();
+                out.resize(start + records.len(), 0);
+                for (slot, r) in out[start..].iter_mut().zip(records) {
+                    let subtask = map_target(
+                        keys,
+                        splits,
+                        &mut self.sequences,
+                        &mut self.unknown,
+                        &key(r),
+                        num_partitions,
+                    );
+                    *slot = adjust_for_rescale(subtask, computed_for, num_partitions);
+                }
+            }
+        }
+    }
+}
+
+/// Keys whose range searches [`RangeRouter::route_batch`] runs side by side (Sketch).
+pub const LANES: usize = 8;
+
+/// The subtask (among those the statistics were computed for) of `key` by Map statistics.
+#[inline(always)]
+fn map_target<K: ShuffleKey>(
+    keys: &KeyIndex<K>,
+    splits: &Splits,
+    sequences: &mut [u64],
+    unknown: &mut u64,
+    key: &K,
+    num_partitions: usize,
+) -> usize {
+    match keys.get(key) {
+        Some(Target::One(s)) => s,
+        Some(Target::Split(i)) => {
+            let s = &mut sequences[i];
+            *s = s.wrapping_add(GOLDEN);
+            splits.pick(i, *s)
+        }
+        None => {
+            *unknown += 1;
+            (*unknown % num_partitions.max(1) as u64) as usize
         }
     }
 }
@@ -246,6 +332,25 @@ mod tests {
             for (s, expected) in [(0, 200), (1, 200), (2, 200), (3, 100)] {
                 assert!(prefix[s].abs_diff(expected) <= 3, "seed {seed}: {prefix:?}");
             }
+        }
+    }
+
+    #[test]
+    fn keys_without_a_prefix_are_routed_in_batches_by_side_by_side_searches() {
+        let c = CompletedStatistics {
+            checkpoint: 1,
+            downstream_parallelism: 5,
+            data: CompletedData::Sketch((0..50u32).map(|i| (i % 7, i)).collect()),
+        };
+        let g = GlobalStatistics::compute(&c, 5, 0.0).unwrap();
+        let table = Arc::new(RouteTable::new(&g));
+        let keys: Vec<(u32, u32)> = (0..1_003u32).map(|i| (i % 9, i % 61)).collect();
+        for n in [5, 2] {
+            let mut one = RangeRouter::new(table.clone(), 3);
+            let expected: Vec<usize> = keys.iter().map(|k| one.route(k, n)).collect();
+            let mut got = Vec::new();
+            RangeRouter::new(table.clone(), 3).route_batch(&keys, |k| *k, n, &mut got);
+            assert_eq!(got, expected, "{n} subtasks");
         }
     }
 

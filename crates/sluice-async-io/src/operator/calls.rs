@@ -3,14 +3,16 @@
 //! ([`Batches`]: records grouped into batches, one user future per batch). Everything else —
 //! slots, capacity, queues, deadlines, retries, snapshots — is the same operator.
 //!
-//! Every record still gets its own future in its own slot. With batching that future is a
-//! [`Reply`]: the receiving end of a one-shot channel whose sender waits in the batch being
-//! filled, then in the batch sent. So a record waiting for its batch is held like any record in
-//! flight: it counts against capacity, has a deadline, and is in every snapshot. When a batch
-//! answers, each record's reply wakes its slot, and the operator polls it as it would poll any
-//! finished call. A record that times out drops its reply: it is left out of the batch if that
-//! was not sent yet, and its answer is ignored otherwise; a sent batch whose records all went is
-//! dropped.
+//! A batched record holds its slot like any record in flight: it counts against capacity, has
+//! a deadline, and is in every snapshot; but it has no future of its own. [`Batches`] keeps, for
+//! each record waiting in the batch being filled or in a batch sent, its slot and a *ticket*:
+//! the slot's generation when the attempt started. When a batch answers, each record's outcome
+//! is handed back to the operator by slot ([`Invoker::drive`]'s `answers`), which completes it
+//! exactly as it completes a finished future (retry decision, completion queue). A record that
+//! times out has its slot's ticket moved on ([`Invoker::cancel`]): it is left out of the batch
+//! if that was not sent yet, and its answer is ignored otherwise; a sent batch whose records
+//! all went is dropped. So a batch costs a few vectors, and a record costs no allocation, no
+//! channel and no wake-up of its own.
 //!
 //! When a batch is sent ([`send_now`], a pure rule) — say `max_batch_size = 3`, a 10 ms delay:
 //!
@@ -33,38 +35,56 @@ use crate::error::{AsyncCallError, describe};
 use crate::function::AsyncFunction;
 use crate::retry::{AsyncRetryStrategy, retries_result};
 use crate::slab::{FutureSlab, Polled};
-use futures::channel::oneshot;
 use sluice_core::UserError;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Context;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// How the operator turns an attempt of a record into a future.
+/// The outcome of one attempt of the record in a slot, handed back by [`Invoker::drive`].
+pub(crate) type Answer<R> = (usize, Result<R, UserError>);
+
+/// How the operator turns an attempt of a record into a call.
 ///
 /// `Clone` gives a fresh instance with the same settings and nothing pending (one per subtask).
 pub(crate) trait Invoker<In, F: AsyncFunction<In>>: Clone {
-    /// The future of one attempt of one record.
+    /// The future of one attempt of one record, for invokers that make one per record.
     type Fut: Future<Output = Result<F::Results, UserError>>;
 
-    /// Starts attempt `attempt` of `input` at `now`.
-    fn invoke(&mut self, func: &F, input: In, attempt: u32, now: Instant) -> Self::Fut;
+    /// Starts attempt `attempt` of `input`, held in `slot`, at `now`. Returns the attempt's
+    /// future, or `None` when the invoker answers the slot itself, through
+    /// [`drive`](Self::drive)'s `answers`.
+    fn invoke(
+        &mut self,
+        func: &F,
+        slot: usize,
+        input: In,
+        attempt: u32,
+        now: Instant,
+    ) -> Option<Self::Fut>;
 
     /// Sends what is due and drives grouped calls; `more_can_join` says whether a record could
-    /// still join a pending group (a slot is free). Returns whether anything happened.
+    /// still join a pending group (a slot is free). Appends to `answers` the outcome of every
+    /// attempt answered (only attempts still live: not cancelled, slot not reused). Returns
+    /// whether anything happened.
     fn drive(
         &mut self,
         func: &F,
         cx: &mut Context<'_>,
         now: &mut LazyNow,
         more_can_join: bool,
+        answers: &mut Vec<Answer<F::Results>>,
     ) -> Result<bool, UserError> {
-        let _ = (func, cx, now, more_can_join);
+        let _ = (func, cx, now, more_can_join, answers);
         Ok(false)
+    }
+
+    /// The attempt running in `slot` is abandoned (its record timed out): never answer it.
+    fn cancel(&mut self, slot: usize) {
+        let _ = slot;
     }
 
     /// When [`drive`](Self::drive) must run next even if nothing wakes the task.
@@ -115,42 +135,60 @@ where
     type Fut = Fut;
 
     #[inline(always)]
-    fn invoke(&mut self, func: &F, input: In, _attempt: u32, _now: Instant) -> Fut {
-        (self.call)(func, input)
+    fn invoke(
+        &mut self,
+        func: &F,
+        _slot: usize,
+        input: In,
+        _attempt: u32,
+        _now: Instant,
+    ) -> Option<Fut> {
+        Some((self.call)(func, input))
     }
 }
 
-/// A record's answer from its batch.
-///
-/// The channel is `futures`' one-shot, not tokio's: tokio's channels take part in tokio's
-/// cooperative budget, and a task that spent its budget would see every reply as pending (with
-/// its wake-up deferred) however many times the operator polled it. The operator bounds its own
-/// work per poll, so its internal hand-over must not be budgeted.
-pub(crate) struct Reply<R>(oneshot::Receiver<Result<R, UserError>>);
-
-impl<R> Future for Reply<R> {
-    type Output = Result<R, UserError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match Pin::new(&mut self.0).poll(cx) {
-            Poll::Ready(Ok(outcome)) => Poll::Ready(outcome),
-            Poll::Ready(Err(_)) => Poll::Ready(Err(Box::new(AsyncBatchError::Dropped))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-/// A record in a batch: where its answer goes, and which attempt it is.
-struct Member<R> {
+/// A record in a batch: its slot, the ticket of its attempt, and which attempt it is.
+#[derive(Clone, Copy, Debug)]
+struct Member {
+    slot: usize,
+    ticket: u64,
     attempt: u32,
-    reply: oneshot::Sender<Result<R, UserError>>,
 }
 
 /// A record waiting for its batch to be sent.
-struct Waiting<In, R> {
+struct Waiting<In> {
     input: In,
     arrived: Instant,
-    member: Member<R>,
+    member: Member,
+}
+
+/// The generation of each slot's attempt: a member is live while its ticket is its slot's.
+#[derive(Debug, Default)]
+struct Tickets(Vec<u64>);
+
+impl Tickets {
+    /// A new ticket for `slot`, invalidating the one before.
+    #[inline]
+    fn next(&mut self, slot: usize) -> u64 {
+        if slot >= self.0.len() {
+            self.0.resize(slot + 1, 0);
+        }
+        self.0[slot] = self.0[slot].wrapping_add(1);
+        self.0[slot]
+    }
+
+    /// Moves `slot` on, so that its current member is no longer live.
+    #[inline]
+    fn revoke(&mut self, slot: usize) {
+        if let Some(t) = self.0.get_mut(slot) {
+            *t = t.wrapping_add(1);
+        }
+    }
+
+    #[inline]
+    fn live(&self, m: &Member) -> bool {
+        self.0.get(m.slot) == Some(&m.ticket)
+    }
 }
 
 /// How records are grouped into batches.
@@ -185,11 +223,14 @@ pub(crate) struct Batches<In, R, S, BFut> {
     settings: BatchSettings,
     retry: AsyncRetryStrategy<R>,
     capacity: usize,
-    pending: Vec<Waiting<In, R>>,
+    pending: Vec<Waiting<In>>,
     flushing: bool,
     sent: FutureSlab<BFut>,
     /// The members of each sent batch, by its slot in `sent`.
-    members: Vec<Option<Vec<Member<R>>>>,
+    members: Vec<Option<Vec<Member>>>,
+    /// Member lists of answered batches, kept for the next ones.
+    spare: Vec<Vec<Member>>,
+    tickets: Tickets,
     sent_count: u64,
     scratch: Vec<usize>,
 }
@@ -210,6 +251,8 @@ impl<In, R, S, BFut: Future> Batches<In, R, S, BFut> {
             flushing: false,
             sent: FutureSlab::new(capacity),
             members: Vec::new(),
+            spare: Vec::new(),
+            tickets: Tickets::default(),
             sent_count: 0,
             scratch: Vec::new(),
         }
@@ -233,20 +276,23 @@ where
     BFut: Future<Output = Result<Vec<R>, UserError>>,
 {
     /// Sends the first `max_size` pending records (those still waiting for an answer).
-    fn send_batch<B>(&mut self, func: &B, cx: &mut Context<'_>) -> Result<(), UserError>
+    fn send_batch<B>(&mut self, func: &B, answers: &mut Vec<Answer<R>>) -> Result<(), UserError>
     where
         S: Fn(&B, Vec<In>) -> BFut,
     {
         let take = self.pending.len().min(self.settings.max_size);
         let mut inputs = Vec::with_capacity(take);
-        let mut members = Vec::with_capacity(take);
+        let mut members = self.spare.pop().unwrap_or_default();
+        members.clear();
+        members.reserve(take);
         for w in self.pending.drain(..take) {
-            if !w.member.reply.is_canceled() {
+            if self.tickets.live(&w.member) {
                 inputs.push(w.input);
                 members.push(w.member);
             }
         }
         if members.is_empty() {
+            self.spare.push(members);
             return Ok(());
         }
         let Some(slot) = self.free_slot() else {
@@ -270,7 +316,7 @@ where
             self.members.resize_with(slot + 1, || None);
         }
         self.members[slot] = Some(members);
-        self.poll_sent(slot, cx)
+        self.poll_sent(slot, answers)
     }
 
     /// A free slot for a batch; batches whose records all went (timed out) are dropped first
@@ -282,7 +328,7 @@ where
         for (slot, members) in self.members.iter_mut().enumerate() {
             let abandoned = members
                 .as_ref()
-                .is_some_and(|m| m.iter().all(|m| m.reply.is_canceled()));
+                .is_some_and(|m| !m.iter().any(|m| self.tickets.live(m)));
             if abandoned {
                 *members = None;
                 self.sent.cancel(slot);
@@ -292,8 +338,8 @@ where
         self.sent.acquire()
     }
 
-    /// Polls the batch in `slot`; when it answered, hands each record its result.
-    fn poll_sent(&mut self, slot: usize, _cx: &mut Context<'_>) -> Result<(), UserError> {
+    /// Polls the batch in `slot`; when it answered, appends each live record's outcome.
+    fn poll_sent(&mut self, slot: usize, answers: &mut Vec<Answer<R>>) -> Result<(), UserError> {
         let outcome = match self.sent.poll(slot) {
             Polled::Pending | Polled::Empty => return Ok(()),
             Polled::Ready(outcome) => outcome,
@@ -311,14 +357,23 @@ where
                 }));
             }
         };
-        let members = self.members[slot].take().unwrap_or_default();
+        let mut members = self.members[slot].take().unwrap_or_default();
         self.sent.release(slot);
-        self.answer(members, outcome);
+        self.answer(&members, outcome, answers);
+        members.clear();
+        self.spare.push(members);
         Ok(())
     }
 
-    /// Gives every member its outcome.
-    fn answer(&self, members: Vec<Member<R>>, outcome: Result<Vec<R>, UserError>) {
+    /// Appends every live member's outcome to `answers` (members whose record timed out meanwhile
+    /// are skipped).
+    fn answer(
+        &self,
+        members: &[Member],
+        outcome: Result<Vec<R>, UserError>,
+        answers: &mut Vec<Answer<R>>,
+    ) {
+        let live = |m: &&Member| self.tickets.live(m);
         let results = match outcome {
             Ok(results) if results.len() == members.len() => results,
             Ok(results) => {
@@ -326,33 +381,41 @@ where
                     expected: members.len(),
                     got: results.len(),
                 };
-                for m in members {
-                    let _ = m.reply.send(Err(Box::new(e.clone())));
-                }
+                answers.extend(
+                    members
+                        .iter()
+                        .filter(live)
+                        .map(|m| (m.slot, Err(Box::new(e.clone()) as UserError))),
+                );
                 return;
             }
             Err(e) => {
                 let shared: Arc<dyn std::error::Error + Send + Sync> = Arc::from(e);
-                for m in members {
-                    let _ = m
-                        .reply
-                        .send(Err(Box::new(AsyncBatchError::Batch(shared.clone()))));
-                }
+                answers.extend(members.iter().filter(live).map(|m| {
+                    let e = AsyncBatchError::Batch(shared.clone());
+                    (m.slot, Err(Box::new(e) as UserError))
+                }));
                 return;
             }
         };
+        // As when each record answered on its own: every member's result counts for the
+        // decision, also one whose record timed out since.
         let whole = self.settings.scope == BatchRetryScope::WholeBatch
             && members
                 .iter()
                 .zip(&results)
                 .any(|(m, r)| retries_result(&self.retry, m.attempt, r));
-        for (m, r) in members.into_iter().zip(results) {
+        answers.reserve(members.len());
+        for (m, r) in members.iter().zip(results) {
+            if !self.tickets.live(m) {
+                continue;
+            }
             let outcome = if whole && self.retry.delay_after(m.attempt).is_some() {
                 Err(Box::new(AsyncBatchError::RetriedWithBatch) as UserError)
             } else {
                 Ok(r)
             };
-            let _ = m.reply.send(outcome);
+            answers.push((m.slot, outcome));
         }
     }
 }
@@ -364,16 +427,29 @@ where
     S: Fn(&B, Vec<In>) -> BFut + Clone,
     BFut: Future<Output = Result<Vec<B::Results>, UserError>>,
 {
-    type Fut = Reply<B::Results>;
+    /// Never made: every record is answered through `drive`.
+    type Fut = std::future::Pending<Result<B::Results, UserError>>;
 
-    fn invoke(&mut self, _func: &Batched<B>, input: In, attempt: u32, now: Instant) -> Self::Fut {
-        let (reply, rx) = oneshot::channel();
+    #[inline]
+    fn invoke(
+        &mut self,
+        _func: &Batched<B>,
+        slot: usize,
+        input: In,
+        attempt: u32,
+        now: Instant,
+    ) -> Option<Self::Fut> {
+        let ticket = self.tickets.next(slot);
         self.pending.push(Waiting {
             input,
             arrived: now,
-            member: Member { attempt, reply },
+            member: Member {
+                slot,
+                ticket,
+                attempt,
+            },
         });
-        Reply(rx)
+        None
     }
 
     fn drive(
@@ -382,6 +458,7 @@ where
         cx: &mut Context<'_>,
         now: &mut LazyNow,
         more_can_join: bool,
+        answers: &mut Vec<Answer<B::Results>>,
     ) -> Result<bool, UserError> {
         self.sent.register(cx.waker());
         let mut progressed = false;
@@ -401,7 +478,7 @@ where
             if !due {
                 break;
             }
-            self.send_batch(&func.0, cx)?;
+            self.send_batch(&func.0, answers)?;
             progressed = true;
         }
         let mut woken = std::mem::take(&mut self.scratch);
@@ -410,7 +487,7 @@ where
         for &slot in &woken {
             if self.members.get(slot).is_some_and(Option::is_some) {
                 progressed = true;
-                result = self.poll_sent(slot, cx);
+                result = self.poll_sent(slot, answers);
                 if result.is_err() {
                     break;
                 }
@@ -419,6 +496,11 @@ where
         woken.clear();
         self.scratch = woken;
         result.map(|()| progressed)
+    }
+
+    #[inline]
+    fn cancel(&mut self, slot: usize) {
+        self.tickets.revoke(slot);
     }
 
     fn next_wakeup(&self) -> Option<Instant> {
@@ -431,8 +513,16 @@ where
     }
 
     fn cancel_all(&mut self) {
+        for w in &self.pending {
+            self.tickets.revoke(w.member.slot);
+        }
         self.pending.clear();
         self.sent.cancel_all();
+        for m in self.members.iter().flatten() {
+            for m in m {
+                self.tickets.revoke(m.slot);
+            }
+        }
         self.members.clear();
     }
 

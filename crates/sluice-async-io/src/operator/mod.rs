@@ -218,6 +218,8 @@ pub(crate) struct AsyncWaitOperator<In, F: AsyncFunction<In>, I: Invoker<In, F>>
     /// Retries due now, without delay (after end of input).
     retry_now: Vec<usize>,
     scratch: Vec<usize>,
+    /// Outcomes the invoker handed back by slot (batched records), reused between polls.
+    answers: Vec<calls::Answer<F::Results>>,
     local: LocalCounters,
     counters: Option<Arc<SubtaskCounters>>,
     _in: PhantomData<fn(In)>,
@@ -268,6 +270,7 @@ where
             timer_at: None,
             retry_now: Vec::new(),
             scratch: Vec::new(),
+            answers: Vec::new(),
             local: LocalCounters::default(),
             counters: None,
             settings,

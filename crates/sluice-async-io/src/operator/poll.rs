@@ -31,7 +31,20 @@ where
         self.slab.register(cx.waker());
         let mut now = LazyNow::default();
         let more_can_join = self.slab.free_slots() > 0;
-        let mut progressed = self.invoke.drive(&self.func, cx, &mut now, more_can_join)?;
+        let mut answers = std::mem::take(&mut self.answers);
+        let driven = self
+            .invoke
+            .drive(&self.func, cx, &mut now, more_can_join, &mut answers);
+        let mut progressed = match driven {
+            Ok(p) => p,
+            Err(e) => {
+                self.answers = answers;
+                return Err(e);
+            }
+        };
+        let answered = self.take_answers(&mut answers, &mut now, out);
+        self.answers = answers;
+        answered?;
 
         let mut woken = std::mem::take(&mut self.scratch);
         self.slab.take_woken(&mut woken);
@@ -78,6 +91,32 @@ where
             }
         }
         Ok(progressed)
+    }
+
+    /// Completes the attempts the invoker answered (batched records), in the order given.
+    fn take_answers<E: Emitter<F::Out>>(
+        &mut self,
+        answers: &mut Vec<calls::Answer<F::Results>>,
+        now: &mut LazyNow,
+        out: &mut E,
+    ) -> Result<(), UserError> {
+        let mut result = Ok(());
+        for (slot, outcome) in answers.drain(..) {
+            if result.is_err() {
+                continue;
+            }
+            let attempt = match self.entries.get(slot) {
+                Some(Some(Entry {
+                    phase: Phase::Running,
+                    attempt,
+                    ..
+                })) => *attempt,
+                _ => continue,
+            };
+            let decision = decide(&self.settings.retry, attempt, &outcome);
+            result = self.end_attempt(slot, outcome, decision, now.get(), out);
+        }
+        result
     }
 
     /// Arms the single timer at the earliest deadline or retry time and reports whether it

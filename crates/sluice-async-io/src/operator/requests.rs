@@ -24,7 +24,7 @@ where
         let Some(slot) = self.slab.acquire() else {
             return Err("async wait operator admitted a record without a free slot".into());
         };
-        start_call(
+        let has_future = start_call(
             &self.func,
             &mut self.invoke,
             &mut self.slab,
@@ -33,6 +33,11 @@ where
             attempt,
             now,
         )?;
+        if !has_future {
+            // The invoker answers this slot itself (a batch): nothing to poll.
+            self.hold(slot, input, timestamp, key, attempt, started);
+            return Ok(());
+        }
         match self.slab.poll(slot) {
             Polled::Ready(outcome) => {
                 let decision = decide(&self.settings.retry, attempt, &outcome);
@@ -245,6 +250,7 @@ where
             return Ok(());
         }
         self.slab.cancel(slot);
+        self.invoke.cancel(slot);
         self.retries.clear(slot);
         self.local.timed_out();
         let func = &self.func;
@@ -387,7 +393,8 @@ where
     }
 }
 
-/// Creates the future of `input`'s attempt in `slot`, catching a panic of `invoke`.
+/// Starts `input`'s attempt in `slot`, catching a panic of `invoke`; returns whether the
+/// attempt has a future in the slab (otherwise the invoker answers the slot itself).
 #[inline]
 pub(super) fn start_call<In: Data, F, I>(
     func: &F,
@@ -397,18 +404,19 @@ pub(super) fn start_call<In: Data, F, I>(
     input: &In,
     attempt: u32,
     now: Instant,
-) -> Result<(), UserError>
+) -> Result<bool, UserError>
 where
     F: AsyncFunction<In>,
     I: Invoker<In, F>,
 {
     match catch_unwind(AssertUnwindSafe(|| {
-        invoke.invoke(func, input.clone(), attempt, now)
+        invoke.invoke(func, slot, input.clone(), attempt, now)
     })) {
-        Ok(fut) => {
+        Ok(Some(fut)) => {
             slab.start(slot, fut);
-            Ok(())
+            Ok(true)
         }
+        Ok(None) => Ok(false),
         Err(p) => Err(Box::new(AsyncCallError::Panicked {
             input: describe(input),
             attempt,

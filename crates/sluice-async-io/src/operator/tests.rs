@@ -10,7 +10,7 @@
 //! polling many of [`Gated`]'s tokio one-shot channels within a single poll of the test's task,
 //! and once the budget is spent tokio defers those channels' wake-ups until the task yields,
 //! which a hand-driven test never does. (The operator's own hand-over from a batch to its
-//! records uses `futures`' one-shot, which has no budget; see `calls.rs`.)
+//! records is no channel at all: a batch's outcomes come back by slot; see `calls.rs`.)
 
 use super::*;
 use crate::batch::{AsyncBatchFunction, BatchRetryScope, Batched};
@@ -657,6 +657,46 @@ async fn a_batch_leaves_when_full_or_when_its_oldest_record_waited_the_delay() {
         settle!(full, &mut out);
         assert_eq!(g.calls(), vec![7, 8]);
         assert_eq!(full.snapshot_state().entries().len(), 3);
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_answer_for_a_timed_out_record_does_not_complete_its_slots_next_record() {
+    tokio::task::unconstrained(async move {
+        let f = Gated::default();
+        let timeout = Some(Duration::from_secs(1));
+        let mut op = make_batched(
+            f.clone(),
+            settings(2, timeout, Mode::Unordered, AsyncRetryStrategy::none()),
+            BatchSettings {
+                max_size: 1,
+                max_delay: Duration::ZERO,
+                scope: BatchRetryScope::FailedElements,
+            },
+        );
+        let mut out = Vec::new();
+        op.on_batch(vec![1], &mut out).unwrap();
+        settle!(op, &mut out);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle!(op, &mut out);
+        assert_eq!(out, vec![Ev::R(1_000_001)], "1 timed out");
+        // 2 takes the slot 1 had; 1's batch is still out and answers now.
+        op.on_batch(vec![2], &mut out).unwrap();
+        settle!(op, &mut out);
+        assert_eq!(f.open_calls(), vec![1, 2]);
+        f.ok(1);
+        settle!(op, &mut out);
+        assert_eq!(
+            out,
+            vec![Ev::R(1_000_001)],
+            "1's answer is ignored, 2 still waits"
+        );
+        assert!(op.pending());
+        f.ok(2);
+        settle!(op, &mut out);
+        assert_eq!(out, vec![Ev::R(1_000_001), Ev::R(2)]);
+        assert!(!op.pending());
     })
     .await;
 }

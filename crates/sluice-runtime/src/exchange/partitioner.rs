@@ -27,6 +27,32 @@ pub trait Partitioner<T>: Send + 'static {
     /// The target subtask of `record`, in `0..num_partitions`. A value out of range fails the job.
     fn partition(&mut self, record: &T, num_partitions: usize) -> usize;
 
+    /// Appends to `out` the target subtask of each of `records`, in order: what the network
+    /// writer calls, once per batch of records its producer emits. The default calls
+    /// [`partition`](Self::partition) for each record; a partitioner with per-batch work (reading
+    /// shared state once, or routing several records at a time) overrides it, and must give the
+    /// same targets as `partition` called on the records in order would.
+    ///
+    /// ```
+    /// use sluice_runtime::Partitioner;
+    ///
+    /// struct Modulo;
+    /// impl Partitioner<u64> for Modulo {
+    ///     fn partition(&mut self, record: &u64, num_partitions: usize) -> usize {
+    ///         (*record % num_partitions as u64) as usize
+    ///     }
+    /// }
+    /// let mut targets = Vec::new();
+    /// Modulo.partition_batch(&[5, 6, 7], 3, &mut targets);
+    /// assert_eq!(targets, vec![2, 0, 1]);
+    /// ```
+    fn partition_batch(&mut self, records: &[T], num_partitions: usize, out: &mut Vec<usize>) {
+        out.reserve(records.len());
+        for r in records {
+            out.push(self.partition(r, num_partitions));
+        }
+    }
+
     /// Called once on each producer subtask's instance when its network writer is built, before
     /// the producer's operators are restored or opened: `producer` is the context of the
     /// operator whose output this partitioner routes (its subtask, parallelism and attempt), and

@@ -34,6 +34,8 @@ pub(crate) struct Buffers<T> {
     /// A watermark that arrived while records were buffered: it waits for the next seal of all
     /// buffers instead of forcing partial batches out (delaying a watermark is always safe).
     pending_watermark: Option<Watermark>,
+    /// The targets of the batch a custom partitioner is routing, reused from batch to batch.
+    routed: Vec<usize>,
 }
 
 impl<T: Data> Buffers<T> {
@@ -44,6 +46,7 @@ impl<T: Data> Buffers<T> {
             batch_size: batch_size.max(1),
             ready: VecDeque::new(),
             pending_watermark: None,
+            routed: Vec::new(),
         }
     }
 
@@ -267,7 +270,8 @@ impl<T: Data> Route<T> for BroadcastRoute {
     }
 }
 
-/// A user [`Partitioner`].
+/// A user [`Partitioner`], asked for a whole batch's targets at once
+/// ([`Partitioner::partition_batch`]).
 pub(crate) struct CustomRoute<P>(pub(crate) P);
 
 impl<T: Data, P: Partitioner<T>> Route<T> for CustomRoute<P> {
@@ -275,18 +279,29 @@ impl<T: Data, P: Partitioner<T>> Route<T> for CustomRoute<P> {
     fn route(&mut self, batch: Batch<T>, out: &mut Buffers<T>) -> Result<(), String> {
         let n = out.targets();
         let (records, ts) = batch.into_parts();
-        for (i, r) in records.into_iter().enumerate() {
-            let t = self.0.partition(&r, n);
-            if t >= n {
-                return Err(format!(
-                    "the custom partitioner chose subtask {t} for record {r:?}, but there are only {n}"
-                ));
-            }
+        let mut targets = std::mem::take(&mut out.routed);
+        targets.clear();
+        self.0.partition_batch(&records, n, &mut targets);
+        if targets.len() != records.len() {
+            return Err(format!(
+                "the custom partitioner gave {} targets for a batch of {} records",
+                targets.len(),
+                records.len()
+            ));
+        }
+        if let Some(i) = targets.iter().position(|&t| t >= n) {
+            return Err(format!(
+                "the custom partitioner chose subtask {} for record {:?}, but there are only {n}",
+                targets[i], records[i]
+            ));
+        }
+        for (i, (r, &t)) in records.into_iter().zip(&targets).enumerate() {
             match &ts {
                 None => out.push(t, r),
                 Some(ts) => out.push_timed(t, r, ts[i]),
             }
         }
+        out.routed = targets;
         Ok(())
     }
 }
@@ -528,5 +543,64 @@ mod tests {
         let mut b = Buffers::<u32>::new(2, 10);
         let err = Route::route(&mut CustomRoute(Bad), Batch::new(vec![42]), &mut b).unwrap_err();
         assert!(err.contains("subtask 2") && err.contains("42"), "{err}");
+    }
+
+    /// Routes by its own batch method: even records to 0, odd to 1, and counts its calls;
+    /// `partition` alone would send everything to 1.
+    struct ByBatch {
+        batches: usize,
+        short: bool,
+    }
+    impl Partitioner<u32> for ByBatch {
+        fn partition(&mut self, _r: &u32, _n: usize) -> usize {
+            1
+        }
+        fn partition_batch(&mut self, records: &[u32], _n: usize, out: &mut Vec<usize>) {
+            self.batches += 1;
+            let take = if self.short {
+                records.len() - 1
+            } else {
+                records.len()
+            };
+            out.extend(records[..take].iter().map(|r| (*r % 2) as usize));
+        }
+    }
+
+    #[test]
+    fn a_custom_partitioner_is_asked_once_per_batch() {
+        let mut b = Buffers::<u32>::new(2, 10);
+        let mut route = CustomRoute(ByBatch {
+            batches: 0,
+            short: false,
+        });
+        let ts = vec![10, 11, 12, 13];
+        Route::route(
+            &mut route,
+            Batch::with_timestamps(vec![0, 1, 2, 3], ts),
+            &mut b,
+        )
+        .unwrap();
+        assert_eq!(route.0.batches, 1);
+        b.seal_all();
+        let got: Vec<_> = b.ready.drain(..).collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    0,
+                    StreamElement::Records(Batch::with_timestamps(vec![0, 2], vec![10, 12]))
+                ),
+                (
+                    1,
+                    StreamElement::Records(Batch::with_timestamps(vec![1, 3], vec![11, 13]))
+                ),
+            ]
+        );
+        let mut short = CustomRoute(ByBatch {
+            batches: 0,
+            short: true,
+        });
+        let err = Route::route(&mut short, Batch::new(vec![1, 2]), &mut b).unwrap_err();
+        assert!(err.contains("1 targets for a batch of 2"), "{err}");
     }
 }

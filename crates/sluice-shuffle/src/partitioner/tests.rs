@@ -192,3 +192,38 @@ fn routing_counters_add_up() {
     assert_eq!(metrics.routed_by_statistics(), 5_000);
     assert_eq!(metrics.unknown_keys(), 2_500);
 }
+
+#[test]
+fn a_batch_is_routed_as_its_records_would_be_one_by_one() {
+    // Round robin before statistics, Map with split, single and unknown keys, Sketch; at the
+    // statistics' parallelism and folded onto fewer subtasks.
+    let records: Vec<u32> = (0..5_000u32).map(|i| (i * 7919) % 13).collect();
+    let tables = [
+        None,
+        Some(table(
+            CompletedData::Map(vec![(0, 700), (1, 300), (2, 50), (3, 20), (4, 5)]),
+            4,
+        )),
+        Some(table(CompletedData::Sketch((0..12).collect()), 4)),
+    ];
+    for (case, t) in tables.iter().enumerate() {
+        for n in [4usize, 3] {
+            let (one_cells, batch_cells) = (
+                Arc::new(RouteCells::default()),
+                Arc::new(RouteCells::default()),
+            );
+            let mut one = opened(&one_cells, 1, n, 99);
+            let mut batched = opened(&batch_cells, 1, n, 99);
+            if let Some(t) = t {
+                one_cells.cell(1, 0).publish(t.clone());
+                batch_cells.cell(1, 0).publish(t.clone());
+            }
+            let expected: Vec<usize> = records.iter().map(|r| one.partition(r, n)).collect();
+            let mut got = Vec::new();
+            for chunk in records.chunks(333) {
+                batched.partition_batch(chunk, n, &mut got);
+            }
+            assert_eq!(got, expected, "case {case}, {n} subtasks");
+        }
+    }
+}

@@ -55,6 +55,23 @@ pub struct Args {
         default_value = "postgres://sluice:sluice@127.0.0.1:5432/sluice"
     )]
     postgres_url: String,
+    /// Runs only this side, `--reps` times, and reports nothing: for a profiler
+    /// (`perf record -g -- sluice-bench lookup --case redis --profile-side batched`).
+    #[arg(long, value_enum)]
+    profile_side: Option<ProfileSide>,
+}
+
+/// One side of a case, run alone under a profiler.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ProfileSide {
+    /// The hand-written loop.
+    Loop,
+    /// sluice, one request per record.
+    PerRecord,
+    /// sluice, batched.
+    Batched,
+    /// sluice, batched behind the cache.
+    Cached,
 }
 
 /// A server of the scenario.
@@ -127,6 +144,21 @@ fn one_backend(
             })
         })
     };
+    if let Some(side) = args.profile_side {
+        report.progress(&format!(
+            "{name}: {side:?} alone, {reps} runs, nothing reported"
+        ));
+        for _ in 0..reps {
+            let run = match side {
+                ProfileSide::Loop => hand_loop()?,
+                ProfileSide::PerRecord => sluice(Calls::PerRecord)()?,
+                ProfileSide::Batched => sluice(Calls::Batched)()?,
+                ProfileSide::Cached => sluice(Calls::Cached)()?,
+            };
+            report.progress(&format!("{side:?}: {:.3} s", run.elapsed.as_secs_f64()));
+        }
+        return Ok(());
+    }
     report.progress(&format!(
         "{name}: sluice batched vs {baseline}, sluice per record, sluice batched + cache"
     ));

@@ -23,6 +23,8 @@ use std::sync::Arc;
 const SCENARIO: &str = "shuffle-cost";
 const N: usize = 32;
 const MAX_PARALLELISM: usize = 128;
+/// Records per batch routed, the engine's default batch size (`JobConfig::batch_size`).
+const BATCH: usize = 1024;
 
 /// Flags of `shuffle-cost`.
 #[derive(clap::Args, Debug)]
@@ -112,12 +114,28 @@ fn partitioner_case<K: ShuffleKey + Copy>(
     );
     cells.cell(0, 0).publish(Arc::new(RouteTable::new(&global)));
     let mut partitioner = Some(partitioner);
+    // Both sides route batches of the engine's default size into a vector of targets, as the
+    // network writer does: the range partitioner through `partition_batch` (what the writer
+    // calls), the hash side with `key_by`'s key-group arithmetic per record.
+    let batches = || {
+        keys.chunks(BATCH)
+            .cycle()
+            .scan(records as usize, |left, chunk| {
+                let take = chunk.len().min(*left);
+                *left -= take;
+                (take > 0).then(|| &chunk[..take])
+            })
+    };
     let hash = Side::new("hash partitioner", || {
         timed(|| {
-            let mut sum = 0usize;
-            for k in keys.iter().cycle().take(records as usize) {
-                let g = key_group(black_box(k), MAX_PARALLELISM);
-                sum += subtask_for_key_group(g, MAX_PARALLELISM, N);
+            let (mut sum, mut targets) = (0usize, Vec::with_capacity(BATCH));
+            for batch in batches() {
+                targets.clear();
+                targets.extend(black_box(batch).iter().map(|k| {
+                    let g = key_group(k, MAX_PARALLELISM);
+                    subtask_for_key_group(g, MAX_PARALLELISM, N)
+                }));
+                sum += targets.iter().sum::<usize>();
             }
             black_box(sum);
             Ok(records)
@@ -128,9 +146,11 @@ fn partitioner_case<K: ShuffleKey + Copy>(
             let p = partitioner
                 .as_mut()
                 .ok_or_else(|| anyhow::anyhow!("no partitioner"))?;
-            let mut sum = 0usize;
-            for k in keys.iter().cycle().take(records as usize) {
-                sum += p.partition(black_box(k), N);
+            let (mut sum, mut targets) = (0usize, Vec::with_capacity(BATCH));
+            for batch in batches() {
+                targets.clear();
+                p.partition_batch(black_box(batch), N, &mut targets);
+                sum += targets.iter().sum::<usize>();
             }
             black_box(sum);
             Ok(records)
