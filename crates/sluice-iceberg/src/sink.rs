@@ -257,7 +257,7 @@ impl IcebergSinkBuilder {
         self
     }
 
-    fn ident(&self) -> Result<TableIdent, IcebergSinkError> {
+    pub(crate) fn ident(&self) -> Result<TableIdent, IcebergSinkError> {
         let parts: Vec<&str> = self.table.split('.').collect();
         if parts.len() < 2 || parts.iter().any(|p| p.is_empty()) {
             return Err(IcebergSinkError::Config {
@@ -272,7 +272,7 @@ impl IcebergSinkBuilder {
     }
 
     /// Loads the table, creating it if asked and missing; checks the records' schema against it.
-    fn prepare(&self, ident: &TableIdent) -> Result<Table, IcebergSinkError> {
+    pub(crate) fn prepare(&self, ident: &TableIdent) -> Result<Table, IcebergSinkError> {
         let catalog = self.catalog.catalog().clone();
         let catalog_err = |action: &str, message: String| IcebergSinkError::Catalog {
             catalog: self.catalog.name().to_string(),
@@ -376,15 +376,14 @@ impl IcebergSinkBuilder {
         Ok(table)
     }
 
-    /// Ends `stream` in the sink: (distribution →) writers → committer (parallelism 1). The
-    /// table is created (if asked) and checked now; anything wrong with it or with the settings
-    /// fails the job's submission with the error, naming the catalog, table or field.
-    pub fn sink<T: Data + Serialize>(self, stream: &DataStream<T>) -> DataStreamSink {
+    /// Creates / loads and checks the table; returns the shared configuration, the table (when
+    /// it could be prepared) and the error that must fail the submission (when not).
+    pub(crate) fn config(&self) -> (Arc<SinkConfig>, Option<Table>, Option<String>) {
         let prepared = self.ident().and_then(|ident| {
             let table = self.prepare(&ident)?;
             Ok((ident, table))
         });
-        let (ident, table, mut error) = match prepared {
+        let (ident, table, error) = match prepared {
             Ok((ident, table)) => (Some(ident), Some(table), None),
             Err(e) => (None, None, Some(e.to_string())),
         };
@@ -400,6 +399,15 @@ impl IcebergSinkBuilder {
             job_id: self.job_id.clone(),
             after_commit: self.after_commit.clone(),
         });
+
+        (config, table, error)
+    }
+
+    /// Ends `stream` in the sink: (distribution →) writers → committer (parallelism 1). The
+    /// table is created (if asked) and checked now; anything wrong with it or with the settings
+    /// fails the job's submission with the error, naming the catalog, table or field.
+    pub fn sink<T: Data + Serialize>(self, stream: &DataStream<T>) -> DataStreamSink {
+        let (config, table, mut error) = self.config();
 
         // The distribution keys come from the table's own spec and sort order when it exists.
         let writer = IcebergWriterOp::<T>::new(config.clone());

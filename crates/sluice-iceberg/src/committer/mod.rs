@@ -251,3 +251,6 @@ impl Operator<WriteResult> for IcebergCommitterOp {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
