@@ -140,3 +140,66 @@ pub fn data_files(catalog: &IcebergCatalog, table: &str) -> Vec<(String, u64, u6
         files
     })
 }
+
+/// One data file as a snapshot added it.
+#[derive(Clone, Debug)]
+pub struct AddedFile {
+    /// The writer subtask (from the file name's prefix).
+    pub writer: usize,
+    /// The partition value, as text.
+    pub partition: String,
+    pub records: u64,
+    pub bytes: u64,
+}
+
+/// The files each snapshot added, oldest snapshot first, with the checkpoint it committed.
+pub fn files_per_snapshot(catalog: &IcebergCatalog, table: &str) -> Vec<(u64, Vec<AddedFile>)> {
+    let catalog = catalog.catalog().clone();
+    let ident = TableIdent::from_strs(table.split('.')).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let table = catalog.load_table(&ident).await.unwrap();
+        let metadata = table.metadata();
+        let mut snaps: Vec<_> = metadata.snapshots().cloned().collect();
+        snaps.sort_by_key(|s| s.sequence_number());
+        let mut out = Vec::new();
+        for s in snaps {
+            let checkpoint =
+                s.summary().additional_properties["sluice.max-committed-checkpoint-id"]
+                    .parse()
+                    .unwrap();
+            let bytes = table
+                .file_io()
+                .new_input(s.manifest_list())
+                .unwrap()
+                .read()
+                .await
+                .unwrap();
+            let list =
+                iceberg::spec::ManifestList::parse_with_version(&bytes, metadata.format_version())
+                    .unwrap();
+            let mut files = Vec::new();
+            for m in list.entries() {
+                if m.added_snapshot_id != s.snapshot_id() {
+                    continue;
+                }
+                let manifest = m.load_manifest(table.file_io()).await.unwrap();
+                for e in manifest.entries() {
+                    let f = e.data_file();
+                    let name = f.file_path().rsplit('/').next().unwrap();
+                    files.push(AddedFile {
+                        writer: name[..5].parse().unwrap(),
+                        partition: format!("{:?}", f.partition()),
+                        records: f.record_count(),
+                        bytes: f.file_size_in_bytes(),
+                    });
+                }
+            }
+            out.push((checkpoint, files));
+        }
+        out
+    })
+}
