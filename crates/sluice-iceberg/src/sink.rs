@@ -99,7 +99,7 @@ impl SinkConfig {
 
 /// An exactly-once Iceberg sink: writer subtasks write Parquet data files, a single committer
 /// commits each completed checkpoint's files as one snapshot. Build it with
-/// [`IcebergSink::builder`], then end a stream in it with [`IcebergSink::sink`].
+/// [`IcebergSink::builder`], then end a stream in it with [`IcebergSinkBuilder::sink`].
 ///
 /// ```
 /// use sluice_runtime::prelude::*;

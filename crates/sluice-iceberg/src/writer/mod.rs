@@ -61,8 +61,8 @@ type DataWriter =
 
 /// The open data files of one subtask.
 enum OpenFiles {
-    Unpartitioned(DataWriter),
-    Partitioned(FanoutWriter<DataWriterBuilder>),
+    Unpartitioned(Box<DataWriter>),
+    Partitioned(Box<FanoutWriter<DataWriterBuilder>>),
 }
 
 impl OpenFiles {
@@ -88,7 +88,7 @@ impl OpenFiles {
     async fn close(self) -> iceberg::Result<Vec<DataFile>> {
         match self {
             OpenFiles::Unpartitioned(mut w) => w.close().await,
-            OpenFiles::Partitioned(w) => w.close().await,
+            OpenFiles::Partitioned(w) => (*w).close().await,
         }
     }
 }
@@ -280,17 +280,17 @@ impl<T: Data + Serialize> Operator<T> for IcebergWriterOp<T> {
         };
         let files = match opened.open.take() {
             Some(files) => files,
-            None if opened.splitter.is_some() => OpenFiles::Partitioned(FanoutWriter::new(
-                DataFileWriterBuilder::new(opened.builder.clone()),
+            None if opened.splitter.is_some() => OpenFiles::Partitioned(Box::new(
+                FanoutWriter::new(DataFileWriterBuilder::new(opened.builder.clone())),
             )),
             None => {
                 let builder = DataFileWriterBuilder::new(opened.builder.clone());
                 let writer = io::run(async move { builder.build(None).await })
                     .map_err(IcebergSinkError::Io)?;
-                OpenFiles::Unpartitioned(writer.map_err(|e| IcebergSinkError::Write {
+                OpenFiles::Unpartitioned(Box::new(writer.map_err(|e| IcebergSinkError::Write {
                     table: table.clone(),
                     message: e.to_string(),
-                })?)
+                })?))
             }
         };
         let (files, written) = io::run(async move {
