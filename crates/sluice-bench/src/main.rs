@@ -58,6 +58,10 @@ enum Command {
     /// FileSource on JSON lines (records/s, MB/s) at parallelism 1 and 2, beside a plain
     /// buffered read-and-parse loop with the same serde decoder.
     Source(scenarios::source::Args),
+    /// The exactly-once Iceberg sink: records/s beside a plain arrow + parquet loop writing
+    /// files of the same size, and on skewed keys at 8 writers the data files and mean file size
+    /// per distribution mode (none, hash, range).
+    IcebergSink(scenarios::iceberg::Args),
     /// Internal: one pipeline job in a fresh process, printing its peak memory (used by
     /// `pipeline` to show that memory does not grow with the record count).
     #[command(hide = true)]
@@ -77,6 +81,7 @@ fn main() -> anyhow::Result<()> {
         Command::Window(args) => scenarios::window::run(&args),
         Command::Source(args) => scenarios::source::run(&args),
         Command::Failover(args) => scenarios::failover::run(&args),
+        Command::IcebergSink(args) => scenarios::iceberg::run(&args),
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),
     }
 }

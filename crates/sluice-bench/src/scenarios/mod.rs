@@ -5,6 +5,7 @@ pub mod async_io;
 pub mod checkpoint;
 pub mod coordinator;
 pub mod failover;
+pub mod iceberg;
 pub mod lookup;
 pub mod pipeline;
 pub mod shuffle;

@@ -1,0 +1,334 @@
+//! [`IcebergWriterOp`], the writer subtasks: each encodes its records into Arrow batches of the
+//! table's schema, splits them by partition, and writes Parquet data files rolled by size
+//! (iceberg-rust's fan-out, rolling and data-file writers). At each checkpoint barrier it closes
+//! its open files and emits their list as a [`WriteResult`] ahead of the barrier, for the
+//! committer; at end of input it does the same. It keeps no state of its own: files not yet
+//! handed on belong to no checkpoint, and after a failure their records are replayed.
+
+use crate::error::IcebergSinkError;
+use crate::io;
+use crate::schema::RecordEncoder;
+use crate::sink::SinkConfig;
+use arrow_array::RecordBatch;
+use iceberg::arrow::RecordBatchPartitionSplitter;
+use iceberg::spec::{
+    DataFile, DataFileFormat, FormatVersion, PartitionSpecRef, StructType,
+    serialize_data_file_to_json,
+};
+use iceberg::table::Table;
+use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWriterBuilder};
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::partitioning::PartitioningWriter;
+use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use parquet::file::properties::WriterProperties;
+use serde::{Deserialize, Serialize};
+use sluice_core::{CheckpointId, Data, UserError};
+use sluice_runtime::operator::{Collector, Operator, OperatorContext};
+use sluice_runtime::state::OperatorState;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// One data file as the committer receives it: iceberg-rust's JSON form of the `DataFile` and the
+/// id of the partition spec it was written with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// The partition spec id.
+    pub spec_id: i32,
+    /// The data file (`serialize_data_file_to_json`).
+    pub json: String,
+}
+
+/// What a writer subtask hands on at a barrier (or at end of input): the data files it closed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteResult {
+    /// The writer subtask.
+    pub subtask: usize,
+    /// The files it closed, in the order it closed them.
+    pub files: Vec<FileEntry>,
+    /// Records in them.
+    pub records: u64,
+}
+
+type DataWriterBuilder =
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+type DataWriter =
+    DataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+
+/// The open data files of one subtask.
+enum OpenFiles {
+    Unpartitioned(Box<DataWriter>),
+    Partitioned(Box<FanoutWriter<DataWriterBuilder>>),
+}
+
+impl OpenFiles {
+    async fn write(
+        &mut self,
+        pieces: Vec<(Option<iceberg::spec::PartitionKey>, RecordBatch)>,
+    ) -> iceberg::Result<()> {
+        for (key, batch) in pieces {
+            match (&mut *self, key) {
+                (OpenFiles::Unpartitioned(w), _) => w.write(batch).await?,
+                (OpenFiles::Partitioned(w), Some(k)) => w.write(k, batch).await?,
+                (OpenFiles::Partitioned(_), None) => {
+                    return Err(iceberg::Error::new(
+                        iceberg::ErrorKind::Unexpected,
+                        "a partitioned writer got a batch without partition key",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(self) -> iceberg::Result<Vec<DataFile>> {
+        match self {
+            OpenFiles::Unpartitioned(mut w) => w.close().await,
+            OpenFiles::Partitioned(w) => (*w).close().await,
+        }
+    }
+}
+
+/// What a subtask set up at `open`.
+struct Opened {
+    subtask: usize,
+    encoder: RecordEncoder,
+    splitter: Option<RecordBatchPartitionSplitter>,
+    builder: RollingFileWriterBuilder<
+        ParquetWriterBuilder,
+        DefaultLocationGenerator,
+        DefaultFileNameGenerator,
+    >,
+    partition_type: StructType,
+    spec: PartitionSpecRef,
+    format_version: FormatVersion,
+    open: Option<OpenFiles>,
+    records: u64,
+}
+
+/// The writer operator (one per writer subtask). Emits one [`WriteResult`] per checkpoint that
+/// saw data, ahead of the barrier.
+pub struct IcebergWriterOp<T> {
+    config: Arc<SinkConfig>,
+    opened: Option<Opened>,
+    _t: PhantomData<fn(T)>,
+}
+
+impl<T> Clone for IcebergWriterOp<T> {
+    fn clone(&self) -> Self {
+        IcebergWriterOp {
+            config: self.config.clone(),
+            opened: None,
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T> IcebergWriterOp<T> {
+    pub(crate) fn new(config: Arc<SinkConfig>) -> Self {
+        IcebergWriterOp {
+            config,
+            opened: None,
+            _t: PhantomData,
+        }
+    }
+
+    fn setup(&self, table: &Table, ctx: &OperatorContext) -> Result<Opened, IcebergSinkError> {
+        let cfg = &self.config;
+        let write_err = |e: iceberg::Error| IcebergSinkError::Write {
+            table: cfg.table_name(),
+            message: e.to_string(),
+        };
+        let metadata = table.metadata();
+        let schema = metadata.current_schema().clone();
+        let arrow = iceberg::arrow::schema_to_arrow_schema(&schema).map_err(write_err)?;
+        let encoder = RecordEncoder::new(Arc::new(arrow)).map_err(|e| IcebergSinkError::Write {
+            table: cfg.table_name(),
+            message: e,
+        })?;
+        let spec = metadata.default_partition_spec().clone();
+        let partition_type = spec.partition_type(&schema).map_err(write_err)?;
+        let splitter = if spec.is_unpartitioned() {
+            None
+        } else {
+            Some(
+                RecordBatchPartitionSplitter::try_new_with_computed_values(
+                    schema.clone(),
+                    spec.clone(),
+                )
+                .map_err(write_err)?,
+            )
+        };
+        let properties = WriterProperties::builder()
+            .set_compression(cfg.compression)
+            .build();
+        let parquet = ParquetWriterBuilder::new(properties, schema.clone());
+        let locations = DefaultLocationGenerator::new(metadata).map_err(write_err)?;
+        // Unique per subtask and attempt: a restarted attempt never overwrites a file that a
+        // committed snapshot (or a checkpoint still to commit) references.
+        let names = DefaultFileNameGenerator::new(
+            format!(
+                "{:05}-{}-{}",
+                ctx.subtask_index(),
+                ctx.attempt_number(),
+                uuid::Uuid::new_v4()
+            ),
+            None,
+            DataFileFormat::Parquet,
+        );
+        let rolling = RollingFileWriterBuilder::new(
+            parquet,
+            cfg.target_file_size,
+            table.file_io().clone(),
+            locations,
+            names,
+        );
+        Ok(Opened {
+            subtask: ctx.subtask_index(),
+            encoder,
+            splitter,
+            builder: rolling,
+            partition_type,
+            spec,
+            format_version: metadata.format_version(),
+            open: None,
+            records: 0,
+        })
+    }
+
+    /// Closes the open files and returns their list (`None` when nothing was written).
+    fn flush(&mut self) -> Result<Option<WriteResult>, IcebergSinkError> {
+        let table = self.config.table_name();
+        let Some(opened) = self.opened.as_mut() else {
+            return Ok(None);
+        };
+        let Some(files) = opened.open.take() else {
+            return Ok(None);
+        };
+        let closed = io::run(files.close()).map_err(IcebergSinkError::Io)?;
+        let closed = closed.map_err(|e| IcebergSinkError::Write {
+            table: table.clone(),
+            message: format!("closing data files: {e}"),
+        })?;
+        let mut entries = Vec::with_capacity(closed.len());
+        for file in closed {
+            let json =
+                serialize_data_file_to_json(file, &opened.partition_type, opened.format_version)
+                    .map_err(|e| IcebergSinkError::Write {
+                        table: table.clone(),
+                        message: format!("encoding a data file for the committer: {e}"),
+                    })?;
+            entries.push(FileEntry {
+                spec_id: opened.spec.spec_id(),
+                json,
+            });
+        }
+        let records = std::mem::take(&mut opened.records);
+        Ok(Some(WriteResult {
+            subtask: opened.subtask,
+            files: entries,
+            records,
+        }))
+    }
+}
+
+impl<T: Data + Serialize> Operator<T> for IcebergWriterOp<T> {
+    type Out = WriteResult;
+
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        let table = self.config.load_table()?;
+        self.opened = Some(self.setup(&table, ctx)?);
+        Ok(())
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: Vec<T>,
+        _out: &mut Collector<WriteResult>,
+    ) -> Result<(), UserError> {
+        let table = self.config.table_name();
+        let Some(opened) = self.opened.as_mut() else {
+            return Err("Iceberg writer used before open".into());
+        };
+        let encoded =
+            opened
+                .encoder
+                .encode(&batch)
+                .map_err(|reason| IcebergSinkError::BadRecord {
+                    table: table.clone(),
+                    reason,
+                })?;
+        let Some(encoded) = encoded else {
+            return Ok(());
+        };
+        let rows = encoded.num_rows() as u64;
+        let pieces = match &opened.splitter {
+            None => vec![(None, encoded)],
+            Some(splitter) => splitter
+                .split(&encoded)
+                .map_err(|e| IcebergSinkError::BadRecord {
+                    table: table.clone(),
+                    reason: format!("computing partition values: {e}"),
+                })?
+                .into_iter()
+                .map(|(k, b)| (Some(k), b))
+                .collect(),
+        };
+        let files = match opened.open.take() {
+            Some(files) => files,
+            None if opened.splitter.is_some() => OpenFiles::Partitioned(Box::new(
+                FanoutWriter::new(DataFileWriterBuilder::new(opened.builder.clone())),
+            )),
+            None => {
+                let builder = DataFileWriterBuilder::new(opened.builder.clone());
+                let writer = io::run(async move { builder.build(None).await })
+                    .map_err(IcebergSinkError::Io)?;
+                OpenFiles::Unpartitioned(Box::new(writer.map_err(|e| IcebergSinkError::Write {
+                    table: table.clone(),
+                    message: e.to_string(),
+                })?))
+            }
+        };
+        let (files, written) = io::run(async move {
+            let mut files = files;
+            let written = files.write(pieces).await;
+            (files, written)
+        })
+        .map_err(IcebergSinkError::Io)?;
+        opened.open = Some(files);
+        written.map_err(|e| IcebergSinkError::Write {
+            table,
+            message: e.to_string(),
+        })?;
+        opened.records += rows;
+        Ok(())
+    }
+
+    fn snapshot_state(
+        &mut self,
+        _checkpoint: CheckpointId,
+        out: &mut Collector<WriteResult>,
+    ) -> Result<OperatorState, UserError> {
+        if let Some(result) = self.flush()? {
+            out.collect(result);
+        }
+        Ok(OperatorState::default())
+    }
+
+    fn end_input(&mut self, out: &mut Collector<WriteResult>) -> Result<(), UserError> {
+        if let Some(result) = self.flush()? {
+            out.collect(result);
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) -> Result<(), UserError> {
+        // Files still open belong to no checkpoint: they stay unreferenced (see the crate docs).
+        self.opened = None;
+        Ok(())
+    }
+}
