@@ -82,21 +82,7 @@ impl IcebergCatalog {
                 SqlBindStyle::QMark.to_string(),
             ),
         ]);
-        let catalog_name = name.to_string();
-        let built = io::run(async move {
-            SqlCatalogBuilder::default()
-                .with_storage_factory(Arc::new(LocalFsStorageFactory))
-                .load(catalog_name, props)
-                .await
-        })
-        .map_err(IcebergSinkError::Io)?;
-        let catalog = built.map_err(|e| IcebergSinkError::Catalog {
-            catalog: name.to_string(),
-            table: String::new(),
-            action: format!("open SQL catalog at {uri}"),
-            message: e.to_string(),
-        })?;
-        Ok(Self::new(name, Arc::new(catalog)))
+        Self::load::<SqlCatalogBuilder>(name, props, format!("open SQL catalog at {uri}"))
     }
 
     /// The REST catalog at `uri` (production). `props` are the REST catalog's properties
@@ -110,9 +96,23 @@ impl IcebergCatalog {
     ) -> Result<Self, IcebergSinkError> {
         let mut props = props;
         props.insert("uri".to_string(), uri.to_string());
+        Self::load::<RestCatalogBuilder>(name, props, format!("open REST catalog at {uri}"))
+    }
+
+    /// Builds a catalog of builder `B` named `name` from `props`, with tables on the local file
+    /// system; `action` says what failed in the error.
+    fn load<B>(
+        name: &str,
+        props: HashMap<String, String>,
+        action: String,
+    ) -> Result<Self, IcebergSinkError>
+    where
+        B: CatalogBuilder + 'static,
+        B::C: 'static,
+    {
         let catalog_name = name.to_string();
         let built = io::run(async move {
-            RestCatalogBuilder::default()
+            B::default()
                 .with_storage_factory(Arc::new(LocalFsStorageFactory))
                 .load(catalog_name, props)
                 .await
@@ -121,7 +121,7 @@ impl IcebergCatalog {
         let catalog = built.map_err(|e| IcebergSinkError::Catalog {
             catalog: name.to_string(),
             table: String::new(),
-            action: format!("open REST catalog at {uri}"),
+            action,
             message: e.to_string(),
         })?;
         Ok(Self::new(name, Arc::new(catalog)))
