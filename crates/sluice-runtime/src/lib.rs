@@ -11,6 +11,9 @@
 //! - [`window`]: tumbling, sliding and session windows with reduce, aggregate and process;
 //! - [`timer`]: event-time and processing-time timers of keyed operators, kept as keyed state;
 //! - [`job`]: planning, deployment, the job master, [`JobHandle`] and [`JobResult`];
+//! - [`checkpoint`]: checkpoint settings and the pure machines that plan and complete them;
+//! - [`failover`]: restart strategies, and the failover strategy (region by default, or full)
+//!   that says which tasks a failure restarts;
 //! - [`metrics`]: per operator subtask counters;
 //! - `testing` (with the `testing` feature): fault injection and test operators.
 //!
