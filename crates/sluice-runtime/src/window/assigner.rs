@@ -42,11 +42,26 @@ impl TimeWindow {
     }
 
     /// The start of the window of `size` (shifted by `offset`) that holds `timestamp` (Flink's
-    /// `TimeWindow.getWindowStartWithOffset`).
+    /// `TimeWindow.getWindowStartWithOffset`). Near the ends of the `i64` range, where Flink's
+    /// arithmetic wraps around, the start is computed exactly and clamped to `i64::MIN`.
     #[inline]
     pub fn start_with_offset(timestamp: i64, offset: i64, size: i64) -> i64 {
-        timestamp - (timestamp - offset).rem_euclid(size)
+        clamp(exact_start(timestamp, offset, size))
     }
+}
+
+/// The start of the window of `size` (shifted by `offset`) holding `timestamp`, exactly (it may
+/// lie below `i64::MIN`).
+#[inline]
+fn exact_start(timestamp: i64, offset: i64, size: i64) -> i128 {
+    let t = i128::from(timestamp);
+    t - (t - i128::from(offset)).rem_euclid(i128::from(size))
+}
+
+/// `x` clamped into the `i64` range.
+#[inline]
+fn clamp(x: i128) -> i64 {
+    i64::try_from(x).unwrap_or(if x < 0 { i64::MIN } else { i64::MAX })
 }
 
 /// Which clock places records into windows.
@@ -171,20 +186,28 @@ impl WindowAssigner {
     #[inline]
     pub fn assign(&self, timestamp: i64, out: &mut Vec<TimeWindow>) {
         match self.kind {
+            // Bounds are computed exactly and clamped into the i64 range only when stored, so
+            // that windows at the ends of the time line keep their true ends.
             WindowKind::Tumbling { size, offset } => {
-                let start = TimeWindow::start_with_offset(timestamp, offset, size);
-                out.push(TimeWindow::new(start, start.saturating_add(size)));
+                let start = exact_start(timestamp, offset, size);
+                out.push(TimeWindow::new(
+                    clamp(start),
+                    clamp(start + i128::from(size)),
+                ));
             }
             WindowKind::Sliding {
                 size,
                 slide,
                 offset,
             } => {
-                let last = TimeWindow::start_with_offset(timestamp, offset, slide);
-                let mut start = last;
-                while start > timestamp.saturating_sub(size) {
-                    out.push(TimeWindow::new(start, start.saturating_add(size)));
-                    start -= slide;
+                let mut start = exact_start(timestamp, offset, slide);
+                let before = i128::from(timestamp) - i128::from(size);
+                while start > before {
+                    out.push(TimeWindow::new(
+                        clamp(start),
+                        clamp(start + i128::from(size)),
+                    ));
+                    start -= i128::from(slide);
                 }
             }
             WindowKind::Session { gap } => {
@@ -307,6 +330,47 @@ mod tests {
         assert_eq!(TimeWindow::start_with_offset(-10, 0, 10), -10);
         assert_eq!(TimeWindow::start_with_offset(7, 3, 10), 3);
         assert_eq!(TimeWindow::start_with_offset(2, 3, 10), -7);
+    }
+
+    #[test]
+    fn timestamps_at_the_ends_of_the_range_neither_overflow_nor_wrap() {
+        let min = i64::MIN;
+        // i64::MIN = -9223372036854775808 lies 2 past a multiple of 10 (…810).
+        assert_eq!(TimeWindow::start_with_offset(min + 9, 0, 10), min + 8);
+        assert_eq!(
+            TimeWindow::start_with_offset(min + 1, 0, 10),
+            min,
+            "clamped, not wrapped"
+        );
+        assert_eq!(
+            TimeWindow::start_with_offset(min, 3, 10),
+            min,
+            "clamped, not wrapped"
+        );
+        assert_eq!(TimeWindow::start_with_offset(i64::MAX, 0, 10), i64::MAX - 7);
+        assert_eq!(
+            TimeWindow::start_with_offset(i64::MAX, -5, 10),
+            i64::MAX - 2
+        );
+        // The window holding MIN + 1 starts 2 below MIN: stored from MIN, it keeps its true end,
+        // so it does not overlap the next one.
+        let mut out = Vec::new();
+        TumblingEventTimeWindows::of(Duration::from_millis(10)).assign(min + 1, &mut out);
+        assert_eq!(out, [TimeWindow::new(min, min + 8)]);
+        out.clear();
+        SlidingEventTimeWindows::of(Duration::from_millis(30), Duration::from_millis(10))
+            .assign(min + 1, &mut out);
+        assert_eq!(
+            out,
+            [
+                TimeWindow::new(min, min + 28),
+                TimeWindow::new(min, min + 18),
+                TimeWindow::new(min, min + 8),
+            ]
+        );
+        out.clear();
+        TumblingEventTimeWindows::of(Duration::from_millis(10)).assign(i64::MAX, &mut out);
+        assert_eq!(out, [TimeWindow::new(i64::MAX - 7, i64::MAX)]);
     }
 
     #[test]
