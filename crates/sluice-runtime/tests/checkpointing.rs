@@ -359,3 +359,51 @@ async fn a_generator_checkpointed_at_parallelism_2_resumes_at_3_exactly() {
     let got: BTreeMap<u64, u64> = out.take().into_iter().collect();
     assert_eq!(got, expected());
 }
+
+/// Emits one extra record from every snapshot, including the final checkpoint's, which comes
+/// after its input ended.
+#[derive(Clone)]
+struct EmitsWhileSnapshotting;
+
+impl Operator<u64> for EmitsWhileSnapshotting {
+    type Out = u64;
+    fn process_batch(
+        &mut self,
+        batch: Vec<u64>,
+        out: &mut Collector<u64>,
+    ) -> Result<(), UserError> {
+        out.emit_batch(batch);
+        Ok(())
+    }
+    fn snapshot_state(
+        &mut self,
+        _c: sluice_core::CheckpointId,
+        out: &mut Collector<u64>,
+    ) -> Result<OperatorState, UserError> {
+        out.collect(u64::MAX);
+        Ok(OperatorState::default())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_emitted_after_end_of_input_fail_the_job_instead_of_being_lost() {
+    let env = StreamEnvironment::new();
+    env.set_parallelism(1);
+    env.set_restart_strategy(RestartStrategy::none());
+    env.enable_checkpointing(Duration::from_secs(3600));
+    let dir = tempfile::tempdir().unwrap();
+    env.set_checkpoint_storage(dir.path());
+    let out = env
+        .from_iter(0u64..10)
+        .process(EmitsWhileSnapshotting)
+        .name("late-emitter")
+        .collect();
+    let err = env.execute("emit after end").await.unwrap_err();
+    let failure = err.task_failure().expect("a task failure");
+    assert_eq!(failure.operator_name, "late-emitter", "{err}");
+    assert!(
+        failure.message.contains("after its input had ended"),
+        "{err}"
+    );
+    drop(out);
+}

@@ -127,6 +127,30 @@ impl<In: Data, Op: Operator<In>> OperatorStage<In, Op> {
     #[inline]
     fn forward(&mut self) -> Result<(), TaskError> {
         let mut elements = self.out.take_elements();
+        if self.finish == FinishState::Done {
+            // The rest of the chain has ended (or is ending) its input: records passed on now
+            // would be lost, or reach an operator after its `end_input`. As in Flink, where an
+            // operator may not emit after `finish`, this fails the job instead of losing them.
+            let emitted: usize = elements
+                .iter()
+                .map(|e| match e {
+                    StreamElement::Records(batch) => batch.len(),
+                    _ => 0,
+                })
+                .sum();
+            if emitted > 0 {
+                self.out.return_buffer(elements);
+                return Err(failure(
+                    &self.ctx,
+                    format!(
+                        "emitted {emitted} record(s) after its input had ended and its pending \
+                         work had drained (from a snapshot, a checkpoint notification or an \
+                         operator event); emit final results from `end_input` or while \
+                         `has_pending` is true, or they would be lost"
+                    ),
+                ));
+            }
+        }
         let mut result = Ok(());
         for element in elements.drain(..) {
             if result.is_err() {
