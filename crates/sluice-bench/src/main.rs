@@ -68,6 +68,12 @@ enum Command {
     PipelineMemoryProbe(scenarios::pipeline::ProbeArgs),
 }
 
+/// Both sides of every benchmark run in this process, so they share its allocator: mimalloc,
+/// as a production sluice binary would use (see `BENCHMARKS.md`, "Allocator").
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Pipeline(args) => scenarios::pipeline::run(&args),

@@ -224,6 +224,12 @@ struct Watched {
     max_in_flight: u64,
 }
 
+/// A sluice job keeps a batch of records alive across operators, which glibc's allocator serves
+/// through its locked slow path; mimalloc's per-thread heaps do not (`BENCHMARKS.md`,
+/// "Allocator"). A production sluice binary should declare it the same way.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
