@@ -64,7 +64,14 @@ impl OperatorMetrics {
     /// assert_eq!(m.gauge("global_progress"), Some(42));
     /// ```
     pub fn set_gauge(&self, name: &str, value: i64) {
-        lock(&self.gauges).insert(name.to_string(), value);
+        let mut gauges = lock(&self.gauges);
+        // Gauges are set again and again under the same names: allocate a name only once.
+        match gauges.get_mut(name) {
+            Some(v) => *v = value,
+            None => {
+                gauges.insert(name.to_string(), value);
+            }
+        }
     }
 
     /// The value of gauge `name`, if set.
