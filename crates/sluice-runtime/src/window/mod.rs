@@ -19,6 +19,7 @@
 mod assigner;
 mod function;
 mod operator;
+mod panes;
 #[cfg(test)]
 mod tests;
 
