@@ -527,13 +527,14 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> TimedOperator<K, TimeWindow,
             // Panes: in event time the watermark fires them (a timer here was restored from a
             // checkpoint of an older version and is due with the pane anyway); in processing
             // time this is the pane's timer at its end, which is also its cleanup time.
-            if domain == TimeDomain::ProcessingTime && !self.event_time() {
-                if let Some(pane) = self.panes.remove(w.start) {
-                    for (key, acc) in pane.pending.iter().chain(&pane.fired) {
-                        emit_results(&mut self.contents, &mut self.results, key, w, acc, out)?;
-                    }
-                    self.panes.recycle(pane);
+            if domain == TimeDomain::ProcessingTime
+                && !self.event_time()
+                && let Some(pane) = self.panes.remove(w.start)
+            {
+                for (key, acc) in pane.pending.iter().chain(&pane.fired) {
+                    emit_results(&mut self.contents, &mut self.results, key, w, acc, out)?;
                 }
+                self.panes.recycle(pane);
             }
             return Ok(());
         }
