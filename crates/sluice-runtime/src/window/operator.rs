@@ -339,6 +339,16 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             return Err(format!("window operator: no window table at index {index}").into());
         };
         if !fire {
+            if !pane.fired.is_empty()
+                && let Some(mut acc) = pane.fired.remove(&key)
+            {
+                // Fired before a restore, and the watermark has not caught up with the
+                // window again: it fires again, whole, when the watermark passes its end (as
+                // Flink's trigger registers its timer again for such a record).
+                contents.add(&mut acc, value);
+                pane.pending.insert(key, acc);
+                return Ok(());
+            }
             match pane.pending.entry(key) {
                 Entry::Occupied(mut e) => contents.add(e.get_mut(), value),
                 Entry::Vacant(e) => {

@@ -397,6 +397,45 @@ fn nothing_of_a_window_outlives_its_cleanup_time_and_aggregation_keeps_no_record
     assert!(op.windows.is_empty() && op.panes.is_empty() && op.timers.is_empty());
 }
 
+/// After a restore the watermark starts over: a record for a window that had fired before the
+/// checkpoint, arriving before the watermark passes the window again, is added to the whole
+/// window, which fires again when the watermark passes its end (not just the new record).
+#[test]
+fn a_fired_window_updated_after_a_restore_fires_again_whole() {
+    let a = TumblingEventTimeWindows::of(Duration::from_millis(10));
+    let mut first = operator(a, 100);
+    first
+        .open(&OperatorContext::for_test("window", 0, 1))
+        .unwrap();
+    let steps = run_operator_on(&mut first, &[Ev::Rec(1, 3), Ev::Rec(1, 4), Ev::Wm(9)]);
+    assert_eq!(
+        steps[2].0,
+        vec![(1, 0, 10, 2, 7)],
+        "fired before the checkpoint"
+    );
+    let mut c = Collector::new();
+    let state = first
+        .snapshot_state(sluice_core::CheckpointId(1), &mut c)
+        .unwrap();
+    let mut second = operator(a, 100);
+    second.initialize_state(state).unwrap();
+    second
+        .open(&OperatorContext::for_test("window", 0, 1))
+        .unwrap();
+    let steps = run_operator_on(&mut second, &[Ev::Wm(5), Ev::Rec(1, 5), Ev::Wm(9)]);
+    assert_eq!(steps[0].0, Vec::new(), "nothing fires twice by itself");
+    assert_eq!(
+        steps[1].0,
+        Vec::new(),
+        "the watermark is before the window's end"
+    );
+    assert_eq!(
+        steps[2].0,
+        vec![(1, 0, 10, 3, 12)],
+        "the whole window, once"
+    );
+}
+
 #[test]
 fn late_records_without_a_side_output_are_dropped_and_counted() {
     let a = TumblingEventTimeWindows::of(Duration::from_millis(10));
