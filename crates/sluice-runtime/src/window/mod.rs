@@ -7,6 +7,8 @@
 //!   never the records), [`ProcessWindowFunction`] (all records of the window), and
 //!   [`WindowContents`], the shape the operator drives (reduce, aggregate and process are its
 //!   three implementations).
+//! - `panes.rs`: the contents of tumbling and sliding windows, one table per window, in window
+//!   order: firing takes whole tables, and event-time panes need no timers.
 //! - `operator.rs`: [`WindowOperator`]: assignment, lateness, firing and cleanup on timers of
 //!   the [`timer`](crate::timer) service, session merging, late records to a side output or
 //!   dropped and counted ([`LateRecordsDropped`]), window contents and timers in checkpoints by
@@ -19,6 +21,7 @@
 mod assigner;
 mod function;
 mod operator;
+mod panes;
 #[cfg(test)]
 mod tests;
 

@@ -16,6 +16,15 @@
 //! emitting its results with event time `max_timestamp`; at the cleanup time the window's
 //! contents and timers are removed: nothing of a window outlives the time it can fire.
 //!
+//! Tumbling and sliding windows (every key has the same windows) keep their contents in
+//! [`Panes`]: one table per window, keyed by key, in window order. In event time they need no
+//! timers: the panes are the timers. When the watermark passes a pane's `max_timestamp`, every
+//! window of the pane not fired yet fires (the trigger timer of each); when it passes the
+//! pane's cleanup time, the pane goes (the cleanup timers). In processing time one timer per
+//! pane, at its `max_timestamp`, fires and removes the whole pane. What fires in one step is
+//! what the per-window timers would fire, in the same order of windows (within a window, keys
+//! come in table order rather than in the order their timers were registered).
+//!
 //! At end of input the watermark's maximum fires every event-time window. Processing-time
 //! windows still open then never fire: like Flink's streaming execution (which quiesces an
 //! operator's processing-time service before `finish`; only its BATCH mode fires every
@@ -29,6 +38,7 @@
 
 use super::assigner::{TimeWindow, WindowAssigner, WindowKind};
 use super::function::WindowContents;
+use super::panes::Panes;
 use crate::key_groups::key_group;
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::process::{OutputTag, StateKey, Tagged, TimedOperator};
@@ -45,6 +55,10 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
 pub(super) const CONTENTS_STATE: &str = "_window/contents";
+/// Beside each key group's contents of tumbling and sliding event-time windows: the watermark of
+/// the subtask that took the snapshot. Its windows up to that watermark had fired (the trigger
+/// timers that keep this for session windows are not used for panes).
+pub(super) const FIRED_UP_TO_STATE: &str = "_window/fired-up-to";
 
 /// How many late records the window operator's subtasks dropped (no late side output was set),
 /// summed over the subtasks of the job's current attempt: Flink's `numLateRecordsDropped`.
@@ -124,11 +138,13 @@ pub struct WindowOperator<In, K, KF, C: WindowContents<K, In>> {
     spec: WindowSpec<In>,
     contents: C,
     key_fn: KF,
-    /// The contents of every window, by key and window start (a key's windows never share a
-    /// start: sessions of a key are disjoint, and the other assigners' windows of one start have
-    /// one size). The end is the assigner's size, or for sessions in `sessions`; a smaller
-    /// entry keeps the table in cache.
+    /// Session windows only: the contents of every window, by key and window start (a key's
+    /// sessions are disjoint, so never share a start). The end is in `sessions`.
     pub(super) windows: FxHashMap<(K, i64), C::Acc>,
+    /// Tumbling and sliding windows: their contents, one table per window.
+    pub(super) panes: Panes<K, C::Acc>,
+    /// The panes of the current range of times: (index in `panes`, fires at once).
+    targets: Vec<(usize, bool)>,
     /// Session windows only: each key's windows.
     sessions: FxHashMap<K, Vec<TimeWindow>>,
     pub(super) timers: InternalTimers<K, TimeWindow>,
@@ -158,6 +174,8 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             contents,
             key_fn,
             windows: FxHashMap::default(),
+            panes: Panes::default(),
+            targets: Vec::new(),
             sessions: FxHashMap::default(),
             timers: InternalTimers::new("window"),
             assigned: Vec::new(),
@@ -300,59 +318,122 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         }
     }
 
+    /// Adds `value` to `key`'s window in the pane at `index`; `fire` says the watermark already
+    /// passed the window's end (event time), so the window fires at once (a late firing).
     #[inline(always)]
-    fn add_one(
+    fn add_to_pane(
         &mut self,
-        key: &K,
-        w: TimeWindow,
+        index: usize,
+        fire: bool,
+        key: K,
         value: In,
         out: &mut Collector<Tagged<C::Out>>,
     ) -> Result<(), UserError> {
-        let fire = match self.windows.entry((key.clone(), w.start)) {
+        let Self {
+            panes,
+            contents,
+            results,
+            ..
+        } = self;
+        let Some(pane) = panes.get_mut(index) else {
+            return Err(format!("window operator: no window table at index {index}").into());
+        };
+        if !fire {
+            if !pane.fired.is_empty()
+                && let Some(mut acc) = pane.fired.remove(&key)
+            {
+                // Fired before a restore, and the watermark has not caught up with the
+                // window again: it fires again, whole, when the watermark passes its end (as
+                // Flink's trigger registers its timer again for such a record).
+                contents.add(&mut acc, value);
+                pane.pending.insert(key, acc);
+                return Ok(());
+            }
+            match pane.pending.entry(key) {
+                Entry::Occupied(mut e) => contents.add(e.get_mut(), value),
+                Entry::Vacant(e) => {
+                    e.insert(contents.create(value));
+                }
+            }
+            return Ok(());
+        }
+        let w = pane.window;
+        match pane.fired.entry(key) {
             Entry::Occupied(mut e) => {
-                self.contents.add(e.get_mut(), value);
-                // Its timers were registered with its first record; in processing time a
-                // window fires only from its timer.
-                self.event_time() && w.max_timestamp() <= self.timers.current_watermark()
+                contents.add(e.get_mut(), value);
+                emit_results(contents, results, e.key(), w, e.get(), out)
             }
             Entry::Vacant(e) => {
-                e.insert(self.contents.create(value));
-                self.register_new_window(key, w)
+                let key = e.key().clone();
+                let acc = e.insert(contents.create(value));
+                emit_results(contents, results, &key, w, acc, out)
             }
-        };
-        if fire {
-            self.emit(key, w, out)?;
+        }
+    }
+
+    /// Resolves the panes of `windows` (creating the missing ones) into `targets`. In processing
+    /// time a new pane gets its timer, registered under `key`.
+    fn resolve_panes(&mut self, windows: &[TimeWindow], key: &K) -> Result<(), UserError> {
+        let event_time = self.event_time();
+        let watermark = self.timers.current_watermark();
+        for &w in windows {
+            let (_, created) = self.panes.ensure(w);
+            if created && !event_time {
+                self.timers
+                    .register_processing_time_timer(key.clone(), w, w.max_timestamp());
+            }
+        }
+        // Creating a pane moves the ones after it: look them up once all exist.
+        self.targets.clear();
+        for w in windows {
+            let Ok(index) = self.panes.position(w.start) else {
+                return Err(format!("window operator: the table of {w:?} is missing").into());
+            };
+            self.targets
+                .push((index, event_time && w.max_timestamp() <= watermark));
         }
         Ok(())
     }
 
-    /// The default trigger and the cleanup timer for a window of a non-merging assigner that
-    /// was just created; returns whether it fires now. Such a window's timers are registered
-    /// once, here, and never deleted (they fire, and the one at the cleanup time removes the
-    /// window, after which the window is late and never created again), so they skip the
-    /// timer index (`register_unique`). Without lateness the trigger timer is the cleanup
-    /// timer.
-    #[inline]
-    fn register_new_window(&mut self, key: &K, w: TimeWindow) -> bool {
-        let max = w.max_timestamp();
-        let cleanup = self.cleanup_time(&w);
-        let event_time = self.event_time();
-        let fire = event_time && max <= self.timers.current_watermark();
-        if !fire {
-            if event_time {
-                self.timers
-                    .register_unique_event_time_timer(key.clone(), w, max);
+    /// Event time reached the current watermark: every pane it passed fires the windows not
+    /// fired yet, in window order, and the panes whose cleanup time it passed are removed.
+    fn fire_panes(&mut self, out: &mut Collector<Tagged<C::Out>>) -> Result<(), UserError> {
+        let watermark = self.timers.current_watermark();
+        let lateness = self.spec.allowed_lateness;
+        let cleanup =
+            move |w: &TimeWindow| w.max_timestamp().checked_add(lateness).unwrap_or(i64::MAX);
+        let Self {
+            panes,
+            contents,
+            results,
+            ..
+        } = self;
+        let mut passed_cleanup = false;
+        for pane in panes.iter_mut() {
+            let w = pane.window;
+            if w.max_timestamp() > watermark {
+                break;
+            }
+            let gone = cleanup(&w) <= watermark;
+            passed_cleanup |= gone;
+            if pane.pending.is_empty() {
+                continue;
+            }
+            for (key, acc) in &pane.pending {
+                emit_results(contents, results, key, w, acc, out)?;
+            }
+            if gone {
+                pane.pending.clear();
+            } else if pane.fired.is_empty() {
+                std::mem::swap(&mut pane.pending, &mut pane.fired);
             } else {
-                self.timers
-                    .register_unique_processing_time_timer(key.clone(), w, max);
+                pane.fired.extend(pane.pending.drain());
             }
         }
-        if (fire || cleanup != max) && cleanup != i64::MAX {
-            // Only event time has lateness: a processing-time cleanup is its trigger.
-            self.timers
-                .register_unique_event_time_timer(key.clone(), w, cleanup);
+        if passed_cleanup {
+            panes.remove_where(|p| cleanup(&p.window) <= watermark);
         }
-        fire
+        Ok(())
     }
 
     /// A record of a session assigner.
@@ -452,6 +533,21 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> TimedOperator<K, TimeWindow,
             timestamp,
             domain,
         } = timer;
+        if !self.spec.assigner.is_merging() {
+            // Panes: in event time the watermark fires them (a timer here was restored from a
+            // checkpoint of an older version and is due with the pane anyway); in processing
+            // time this is the pane's timer at its end, which is also its cleanup time.
+            if domain == TimeDomain::ProcessingTime
+                && !self.event_time()
+                && let Some(pane) = self.panes.remove(w.start)
+            {
+                for (key, acc) in pane.pending.iter().chain(&pane.fired) {
+                    emit_results(&mut self.contents, &mut self.results, key, w, acc, out)?;
+                }
+                self.panes.recycle(pane);
+            }
+            return Ok(());
+        }
         if self.spec.assigner.is_merging()
             && !self.sessions.get(&key).is_some_and(|ws| ws.contains(&w))
         {
@@ -528,32 +624,39 @@ where
             return Ok(());
         }
         // Nearby records share their windows: they are assigned (and checked for lateness,
-        // which only the watermark changes, never during a batch) once per range of times.
+        // which only the watermark changes, never during a batch) once per range of times, and
+        // their panes looked up then too.
         let mut windows = std::mem::take(&mut self.assigned);
+        let mut targets = std::mem::take(&mut self.targets);
         let result = (|| {
             let (mut lo, mut hi) = (0, 0);
             for (i, record) in batch.into_iter().enumerate() {
                 let time = times.at(i)?;
+                let key = (self.key_fn)(&record);
                 if !(lo <= time && time < hi) {
                     windows.clear();
                     (lo, hi) = self.spec.assigner.assign_with_range(time, &mut windows);
                     windows.retain(|w| !self.is_window_late(w));
+                    self.targets = std::mem::take(&mut targets);
+                    let resolved = self.resolve_panes(&windows, &key);
+                    targets = std::mem::take(&mut self.targets);
+                    resolved?;
                 }
-                let Some((&last, rest)) = windows.split_last() else {
+                let Some((&(last, last_fires), rest)) = targets.split_last() else {
                     if self.is_element_late(time) {
                         self.late(record, time, out);
                     }
                     continue;
                 };
-                let key = (self.key_fn)(&record);
-                for &w in rest {
-                    self.add_one(&key, w, record.clone(), out)?;
+                for &(index, fires) in rest {
+                    self.add_to_pane(index, fires, key.clone(), record.clone(), out)?;
                 }
-                self.add_one(&key, last, record, out)?;
+                self.add_to_pane(last, last_fires, key, record, out)?;
             }
             Ok(())
         })();
         self.assigned = windows;
+        self.targets = targets;
         result
     }
 
@@ -562,6 +665,10 @@ where
         watermark: Watermark,
         out: &mut Collector<Self::Out>,
     ) -> Result<(), UserError> {
+        if self.event_time() && !self.spec.assigner.is_merging() {
+            self.timers.advance_watermark(watermark);
+            self.fire_panes(out)?;
+        }
         self.fire_event_timers(watermark, out)
     }
 
@@ -590,14 +697,31 @@ where
                 .or_default()
                 .push((k, w, acc));
         }
+        for pane in self.panes.iter() {
+            for (k, acc) in pane.pending.iter().chain(&pane.fired) {
+                groups
+                    .entry(key_group(k, self.max_parallelism))
+                    .or_default()
+                    .push((k, pane.window, acc));
+            }
+        }
         let mut groups: Vec<_> = groups.into_iter().collect();
         groups.sort_unstable_by_key(|(g, _)| *g);
+        let panes_fire_on_watermarks = self.event_time() && !self.spec.assigner.is_merging();
+        let watermark = self.timers.current_watermark();
         for (g, entries) in groups {
             state.push_keyed(KeyGroupEntry {
                 state: CONTENTS_STATE.to_string(),
                 key_group: g as u32,
                 data: codec::encode(&entries)?,
             });
+            if panes_fire_on_watermarks {
+                state.push_keyed(KeyGroupEntry {
+                    state: FIRED_UP_TO_STATE.to_string(),
+                    key_group: g as u32,
+                    data: codec::encode(&watermark)?,
+                });
+            }
         }
         self.timers
             .snapshot_into(self.max_parallelism, &mut state)?;
@@ -605,20 +729,55 @@ where
     }
 
     fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
+        let merging = self.spec.assigner.is_merging();
+        let event_time = self.event_time();
+        // Per key group, the watermark up to which its panes' windows had fired.
+        let mut fired_up_to: FxHashMap<u32, i64> = FxHashMap::default();
+        for e in state
+            .keyed_entries()
+            .iter()
+            .filter(|e| e.state == FIRED_UP_TO_STATE)
+        {
+            fired_up_to.insert(e.key_group, codec::decode(&e.data)?);
+        }
         for e in state
             .keyed_entries()
             .iter()
             .filter(|e| e.state == CONTENTS_STATE)
         {
             let entries: Vec<(K, TimeWindow, C::Acc)> = codec::decode(&e.data)?;
+            let fired_up_to = fired_up_to.get(&e.key_group).copied().unwrap_or(i64::MIN);
             for (k, w, acc) in entries {
-                if self.spec.assigner.is_merging() {
+                if merging {
                     self.sessions.entry(k.clone()).or_default().push(w);
+                    self.windows.insert((k, w.start), acc);
+                    continue;
                 }
-                self.windows.insert((k, w.start), acc);
+                let (index, _) = self.panes.ensure(w);
+                let Some(pane) = self.panes.get_mut(index) else {
+                    continue;
+                };
+                if event_time && w.max_timestamp() <= fired_up_to {
+                    pane.fired.insert(k, acc);
+                } else {
+                    pane.pending.insert(k, acc);
+                }
             }
         }
         self.timers.restore_from(&state)?;
+        if !merging && !event_time {
+            // Each pane needs its timer here, whichever subtask's key it was registered under
+            // (a duplicate finds its pane gone and does nothing).
+            let due: Vec<(K, TimeWindow)> = self
+                .panes
+                .iter()
+                .filter_map(|p| Some((p.pending.keys().next()?.clone(), p.window)))
+                .collect();
+            for (k, w) in due {
+                self.timers
+                    .register_processing_time_timer(k, w, w.max_timestamp());
+            }
+        }
         Ok(())
     }
 }

@@ -262,23 +262,24 @@ proptest! {
     }
 
     /// A snapshot at any point restored into a fresh operator continues exactly as the
-    /// original would have.
+    /// original would have: session windows (contents and timers), tumbling and sliding
+    /// windows (panes, and which of their windows had fired, with lateness).
     #[test]
-    fn a_restored_operator_continues_like_the_original(evs in events(), cut in 0usize..120, gap in 1u64..40) {
-        let a = EventTimeSessionWindows::with_gap(Duration::from_millis(gap));
+    fn a_restored_operator_continues_like_the_original(
+        evs in events(), cut in 0usize..120, a in any_assigner(), lateness in lateness()
+    ) {
         let cut = cut.min(evs.len());
-        let whole = run_operator(operator(a, 7), &evs);
-        let mut first = operator(a, 7);
+        let whole = run_operator(operator(a, lateness), &evs);
+        let mut first = operator(a, lateness);
         first.open(&OperatorContext::for_test("window", 0, 1)).unwrap();
         let head = run_operator_on(&mut first, &evs[..cut]);
         let mut c = Collector::new();
         let state = first.snapshot_state(sluice_core::CheckpointId(1), &mut c).unwrap();
-        let mut second = operator(a, 7);
+        let mut second = operator(a, lateness);
         second.initialize_state(state).unwrap();
         second.open(&OperatorContext::for_test("window", 0, 1)).unwrap();
         // The restored operator has not seen the watermark yet: give it the last one first.
-        let last_wm = evs[..cut].iter().filter_map(|e| match e { Ev::Wm(w) => Some(*w), _ => None }).max();
-        if let Some(w) = last_wm {
+        if let Some(w) = last_watermark(&evs[..cut]) {
             let steps = run_operator_on(&mut second, &[Ev::Wm(w)]);
             prop_assert_eq!(&steps[0], &(Vec::new(), Vec::new()), "nothing is due twice");
         }
@@ -287,6 +288,80 @@ proptest! {
         both.extend(tail);
         prop_assert_eq!(both, whole);
     }
+
+    /// The same across a rescale 1 -> 2: each key's windows (and whether they fired) follow
+    /// its key group, and the two subtasks together continue as the one would have.
+    #[test]
+    fn a_rescaled_operator_continues_like_the_original(
+        evs in events(), cut in 0usize..120, a in any_assigner(), lateness in lateness()
+    ) {
+        const MAX_PARALLELISM: usize = 128;
+        let cut = cut.min(evs.len());
+        let whole = run_operator(operator(a, lateness), &evs);
+        let mut first = operator(a, lateness);
+        first.open(&OperatorContext::for_test("window", 0, 1)).unwrap();
+        let head = run_operator_on(&mut first, &evs[..cut]);
+        let mut c = Collector::new();
+        let state = first.snapshot_state(sluice_core::CheckpointId(1), &mut c).unwrap();
+        let states = crate::state::redistribute(vec![state], 2, MAX_PARALLELISM);
+        let mut subtasks = Vec::new();
+        for (i, state) in states.into_iter().enumerate() {
+            let mut op = operator(a, lateness);
+            op.initialize_state(state).unwrap();
+            op.open(&OperatorContext::for_test("window", i, 2)).unwrap();
+            if let Some(w) = last_watermark(&evs[..cut]) {
+                let steps = run_operator_on(&mut op, &[Ev::Wm(w)]);
+                prop_assert_eq!(&steps[0], &(Vec::new(), Vec::new()), "nothing is due twice");
+            }
+            subtasks.push(op);
+        }
+        let owner = |k: u8| {
+            crate::key_groups::subtask_for_key_group(
+                crate::key_groups::key_group(&k, MAX_PARALLELISM),
+                MAX_PARALLELISM,
+                2,
+            )
+        };
+        let mut both = head;
+        for e in &evs[cut..] {
+            let mut step = (Vec::new(), Vec::new());
+            for (i, op) in subtasks.iter_mut().enumerate() {
+                if matches!(*e, Ev::Rec(k, _) if owner(k) != i) {
+                    continue;
+                }
+                let (outs, lates) = run_operator_on(op, std::slice::from_ref(e)).remove(0);
+                step.0.extend(outs);
+                step.1.extend(lates);
+            }
+            step.0.sort();
+            step.1.sort();
+            both.push(step);
+        }
+        prop_assert_eq!(both, whole);
+    }
+}
+
+/// The last watermark among `events`.
+fn last_watermark(events: &[Ev]) -> Option<i64> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Ev::Wm(w) => Some(*w),
+            _ => None,
+        })
+        .max()
+}
+
+/// Tumbling, sliding or session windows of event time, of a few sizes.
+fn any_assigner() -> impl Strategy<Value = WindowAssigner> {
+    prop_oneof![
+        (5u64..60).prop_map(|size| TumblingEventTimeWindows::of(Duration::from_millis(size))),
+        (3u64..30, 1u64..4).prop_map(|(slide, times)| SlidingEventTimeWindows::of(
+            Duration::from_millis(slide * times + 1),
+            Duration::from_millis(slide)
+        )),
+        (1u64..40).prop_map(|gap| EventTimeSessionWindows::with_gap(Duration::from_millis(gap))),
+    ]
 }
 
 #[test]
@@ -315,11 +390,50 @@ fn nothing_of_a_window_outlives_its_cleanup_time_and_aggregation_keeps_no_record
     // The last window holding 89 is [80, 180): max timestamp 179, cleanup at 179 + 50.
     op.process_watermark(Watermark::new(228), &mut c).unwrap();
     assert!(
-        !op.windows.is_empty(),
+        !op.panes.is_empty(),
         "the last window is within its lateness"
     );
     op.process_watermark(Watermark::new(229), &mut c).unwrap();
-    assert!(op.windows.is_empty() && op.timers.is_empty());
+    assert!(op.windows.is_empty() && op.panes.is_empty() && op.timers.is_empty());
+}
+
+/// After a restore the watermark starts over: a record for a window that had fired before the
+/// checkpoint, arriving before the watermark passes the window again, is added to the whole
+/// window, which fires again when the watermark passes its end (not just the new record).
+#[test]
+fn a_fired_window_updated_after_a_restore_fires_again_whole() {
+    let a = TumblingEventTimeWindows::of(Duration::from_millis(10));
+    let mut first = operator(a, 100);
+    first
+        .open(&OperatorContext::for_test("window", 0, 1))
+        .unwrap();
+    let steps = run_operator_on(&mut first, &[Ev::Rec(1, 3), Ev::Rec(1, 4), Ev::Wm(9)]);
+    assert_eq!(
+        steps[2].0,
+        vec![(1, 0, 10, 2, 7)],
+        "fired before the checkpoint"
+    );
+    let mut c = Collector::new();
+    let state = first
+        .snapshot_state(sluice_core::CheckpointId(1), &mut c)
+        .unwrap();
+    let mut second = operator(a, 100);
+    second.initialize_state(state).unwrap();
+    second
+        .open(&OperatorContext::for_test("window", 0, 1))
+        .unwrap();
+    let steps = run_operator_on(&mut second, &[Ev::Wm(5), Ev::Rec(1, 5), Ev::Wm(9)]);
+    assert_eq!(steps[0].0, Vec::new(), "nothing fires twice by itself");
+    assert_eq!(
+        steps[1].0,
+        Vec::new(),
+        "the watermark is before the window's end"
+    );
+    assert_eq!(
+        steps[2].0,
+        vec![(1, 0, 10, 3, 12)],
+        "the whole window, once"
+    );
 }
 
 #[test]
@@ -334,7 +448,7 @@ fn late_records_without_a_side_output_are_dropped_and_counted() {
     op.process_batch(vec![(1, 5), (1, 95), (1, 150)], &mut c)
         .unwrap();
     assert_eq!(dropped.get(), 2);
-    assert_eq!(op.windows.len(), 1);
+    assert_eq!(op.panes.window_count(), 1);
 }
 
 /// A subtask context of attempt `attempt` (a restart's operators open with the next number).
@@ -414,5 +528,5 @@ async fn processing_time_windows_fire_when_the_paused_clock_passes_their_end() {
         .collect();
     counts.sort();
     assert_eq!(counts, vec![(1, 2), (2, 1)]);
-    assert!(op.windows.is_empty() && op.timers.is_empty());
+    assert!(op.windows.is_empty() && op.panes.is_empty() && op.timers.is_empty());
 }
