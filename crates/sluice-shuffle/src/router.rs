@@ -219,7 +219,7 @@ impl<K: ShuffleKey> RangeRouter<K> {
                 index: Some(index),
             } => {
                 let computed_for = bounds.len() + 1;
-                out.extend(records.iter().map(|r| {
+                out.extend(records.iter().map(move |r| {
                     let k = key(r);
                     let range = match order_prefix(&k) {
                         Some(p) => index.range(bounds, &k, p),
@@ -246,9 +246,11 @@ impl<K: ShuffleKey> RangeRouter<K> {
                 );
             }
             Table::Map { keys, choices } => {
+                // Everything the closure reads, by value or as a plain reference, so that the
+                // loop keeps it in registers.
                 let sequences = &mut self.sequences[..];
                 let unknown = &mut self.unknown;
-                out.extend(records.iter().map(|r| {
+                out.extend(records.iter().map(move |r| {
                     let subtask =
                         map_target(keys, choices, sequences, unknown, &key(r), num_partitions);
                     adjust_for_rescale(subtask, computed_for, num_partitions)

@@ -149,14 +149,19 @@ impl Shares {
     }
 }
 
-/// One bucket of [`Choices`]: sequence values below `threshold` go to `low`, the others to
-/// `low + step` (wrapping); `low == MIXED` sends the choice to the key's [`Shares`], whose
-/// index is then `threshold`.
+/// One bucket of [`Choices`]: sequence values below `threshold` go to the subtask in the low 32
+/// bits of `subtasks`, the others to the one in the high 32 bits; a low half of [`MIXED`] sends
+/// the choice to the key's [`Shares`], whose index is then `threshold`.
 #[derive(Clone, Copy, Debug)]
 struct Choice {
     threshold: u64,
-    low: u32,
-    step: u32,
+    subtasks: u64,
+}
+
+impl Choice {
+    fn low(&self) -> u32 {
+        self.subtasks as u32
+    }
 }
 
 /// Marks a bucket whose choice needs a search.
@@ -181,8 +186,7 @@ impl Choices {
         let choice = match u32::try_from(subtask) {
             Ok(low) if low != MIXED => Choice {
                 threshold: u64::MAX,
-                low,
-                step: 0,
+                subtasks: u64::from(low) * 0x1_0000_0001,
             },
             _ => self.mixed(Shares::new(vec![subtask], &[1])),
         };
@@ -223,8 +227,7 @@ impl Choices {
     fn searching(&self) -> Choice {
         Choice {
             threshold: self.shares.len() as u64,
-            low: MIXED,
-            step: 0,
+            subtasks: u64::from(MIXED),
         }
     }
 
@@ -241,22 +244,21 @@ impl Choices {
         let base = (route & ((1 << MASK_SHIFT) - 1)) as usize;
         let bucket = ((s >> MASK_SHIFT) & (route >> MASK_SHIFT)) as usize;
         let c = self.buckets[base + bucket];
-        if c.low == MIXED {
+        if c.low() == MIXED {
             return self.shares[c.threshold as usize].pick(s);
         }
-        // `step` when `s` reached the threshold, by a mask: no branch on the sequence value.
-        let above = u32::from(s >= c.threshold).wrapping_neg();
-        c.low.wrapping_add(c.step & above) as usize
+        // The high half when `s` reached the threshold, by a shift of the pair (loaded whole
+        // either way): no branch on the sequence value, which the compiler makes of a select.
+        (c.subtasks >> (u32::from(s >= c.threshold) * 32)) as u32 as usize
     }
 }
 
 /// A bucket choosing `low` below `threshold` and `high` from it, if both subtasks fit.
 fn narrow(low: usize, high: usize, threshold: u64) -> Option<Choice> {
     let (low, high) = (u32::try_from(low).ok()?, u32::try_from(high).ok()?);
-    (low != MIXED && high != MIXED).then_some(Choice {
+    (low != MIXED).then_some(Choice {
         threshold,
-        low,
-        step: high.wrapping_sub(low),
+        subtasks: u64::from(low) | u64::from(high) << 32,
     })
 }
 
@@ -440,7 +442,7 @@ mod tests {
         let thresholds = choices
             .buckets
             .iter()
-            .filter(|c| c.low != MIXED)
+            .filter(|c| c.low() != MIXED)
             .flat_map(|c| {
                 let t = c.threshold;
                 [t.wrapping_sub(1), t, t.wrapping_add(1)]
@@ -477,7 +479,7 @@ mod tests {
         // Most buckets need no search.
         let mut choices = Choices::default();
         choices.split(Shares::new((0..9).collect(), &[9; 9]));
-        let searched = choices.buckets.iter().filter(|c| c.low == MIXED).count();
+        let searched = choices.buckets.iter().filter(|c| c.low() == MIXED).count();
         assert_eq!(searched, 0, "{choices:?}");
     }
 
