@@ -19,7 +19,7 @@ use crate::bounds::{adjust_for_rescale, partition, ranges_of};
 use crate::global::{GlobalStatistics, Routing};
 use crate::rng::mix;
 use crate::statistics::{ShuffleKey, StatisticsType};
-use index::{Choices, KeyIndex, Shares, SketchIndex, order_prefix};
+use index::{Choices, ChoicesView, KeyIndex, KeyView, Shares, SketchIndex, order_prefix};
 use std::sync::Arc;
 
 mod index;
@@ -169,8 +169,8 @@ impl<K: ShuffleKey> RangeRouter<K> {
             Table::Sketch { bounds, .. } => partition(key, bounds, num_partitions),
             Table::Map { keys, choices } => {
                 let subtask = map_target(
-                    keys,
-                    choices,
+                    keys.view(),
+                    choices.view(),
                     &mut self.sequences,
                     &mut self.unknown,
                     key,
@@ -219,6 +219,7 @@ impl<K: ShuffleKey> RangeRouter<K> {
                 index: Some(index),
             } => {
                 let computed_for = bounds.len() + 1;
+                let (bounds, index) = (&bounds[..], index.view());
                 out.extend(records.iter().map(move |r| {
                     let k = key(r);
                     let range = match order_prefix(&k) {
@@ -248,6 +249,7 @@ impl<K: ShuffleKey> RangeRouter<K> {
             Table::Map { keys, choices } => {
                 // Everything the closure reads, by value or as a plain reference, so that the
                 // loop keeps it in registers.
+                let (keys, choices) = (keys.view(), choices.view());
                 let sequences = &mut self.sequences[..];
                 let unknown = &mut self.unknown;
                 out.extend(records.iter().map(move |r| {
@@ -266,8 +268,8 @@ pub const LANES: usize = 8;
 /// The subtask (among those the statistics were computed for) of `key` by Map statistics.
 #[inline(always)]
 fn map_target<K: ShuffleKey>(
-    keys: &KeyIndex<K>,
-    choices: &Choices,
+    keys: KeyView<'_, K>,
+    choices: ChoicesView<'_>,
     sequences: &mut [u64],
     unknown: &mut u64,
     key: &K,

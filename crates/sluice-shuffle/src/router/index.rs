@@ -74,6 +74,37 @@ impl<K: Hash + Eq + Clone> KeyIndex<K> {
         self.slots.len()
     }
 
+    /// The index as a slice and a mask, for a loop to keep in registers.
+    pub(crate) fn view(&self) -> KeyView<'_, K> {
+        KeyView {
+            slots: &self.slots,
+            mask: self.mask,
+        }
+    }
+
+    /// [`KeyView::find`], for tests.
+    #[cfg(test)]
+    pub(crate) fn find(&self, key: &K) -> Option<(usize, Route)> {
+        self.view().find(key)
+    }
+}
+
+/// A [`KeyIndex`] borrowed for a loop.
+#[derive(Debug)]
+pub(crate) struct KeyView<'a, K> {
+    slots: &'a [(K, Route)],
+    mask: usize,
+}
+
+impl<K> Clone for KeyView<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for KeyView<'_, K> {}
+
+impl<K: Hash + Eq> KeyView<'_, K> {
     /// The slot and route of `key`, if the statistics know it.
     #[inline(always)]
     pub(crate) fn find(&self, key: &K) -> Option<(usize, Route)> {
@@ -238,6 +269,29 @@ impl Choices {
         choice
     }
 
+    /// The choices as slices, for a loop to keep in registers.
+    pub(crate) fn view(&self) -> ChoicesView<'_> {
+        ChoicesView {
+            buckets: &self.buckets,
+            shares: &self.shares,
+        }
+    }
+
+    /// [`ChoicesView::pick`], for tests.
+    #[cfg(test)]
+    pub(crate) fn pick(&self, route: Route, s: u64) -> usize {
+        self.view().pick(route, s)
+    }
+}
+
+/// [`Choices`] borrowed for a loop.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ChoicesView<'a> {
+    buckets: &'a [Choice],
+    shares: &'a [Shares],
+}
+
+impl ChoicesView<'_> {
     /// The subtask of a key with `route` for its sequence value `s`.
     #[inline(always)]
     pub(crate) fn pick(&self, route: Route, s: u64) -> usize {
@@ -316,11 +370,17 @@ pub(crate) struct SketchIndex {
     low: u64,
     span: u64,
     shift: u32,
-    /// Per bucket: the count of bounds in earlier buckets, and of bounds in this one.
-    buckets: Vec<(u32, u32)>,
-    /// The bounds' prefixes, then [`FAST_BOUNDS`] × `u64::MAX` (so that the bounds after a
-    /// bucket's first can be read without a length check).
-    prefixes: Vec<u64>,
+    buckets: Vec<SketchBucket>,
+}
+
+/// One bucket of a [`SketchIndex`]: the count of bounds in earlier buckets, of bounds in this
+/// one, and the prefixes of the two bounds from its first on (`u64::MAX` past the last bound).
+#[derive(Clone, Copy, Debug)]
+struct SketchBucket {
+    before: u32,
+    count: u32,
+    first: u64,
+    second: u64,
 }
 
 impl SketchIndex {
@@ -355,25 +415,56 @@ impl SketchIndex {
         if most > MAX_BOUNDS_PER_BUCKET {
             return None;
         }
+        let prefix = |i: u32| prefixes.get(i as usize).copied().unwrap_or(u64::MAX);
         let mut before = 0;
         let buckets = counts
             .into_iter()
-            .map(|n| {
-                before += n;
-                (before - n, n)
+            .map(|count| {
+                let bucket = SketchBucket {
+                    before,
+                    count,
+                    first: prefix(before),
+                    second: prefix(before + 1),
+                };
+                before += count;
+                bucket
             })
             .collect();
-        let mut prefixes = prefixes;
-        prefixes.extend([u64::MAX; FAST_BOUNDS as usize]);
         Some(SketchIndex {
             low,
             span,
             shift,
             buckets,
-            prefixes,
         })
     }
 
+    /// [`SketchView::range`], for tests.
+    #[cfg(test)]
+    pub(crate) fn range<K: Ord>(&self, bounds: &[K], key: &K, prefix: u64) -> usize {
+        self.view().range(bounds, key, prefix)
+    }
+
+    /// The index as plain values and a slice, for a loop to keep in registers.
+    pub(crate) fn view(&self) -> SketchView<'_> {
+        SketchView {
+            low: self.low,
+            span: self.span,
+            shift: self.shift,
+            buckets: &self.buckets,
+        }
+    }
+}
+
+/// A [`SketchIndex`] borrowed for a loop.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SketchView<'a> {
+    low: u64,
+    span: u64,
+    shift: u32,
+    buckets: &'a [SketchBucket],
+}
+
+impl SketchView<'_> {
     /// The range of `key` (whose prefix is `prefix`) among `bounds`: how many bounds are below
     /// it, as `bounds.partition_point(|b| b < key)` counts them.
     ///
@@ -386,18 +477,17 @@ impl SketchIndex {
     #[inline(always)]
     pub(crate) fn range<K: Ord>(&self, bounds: &[K], key: &K, prefix: u64) -> usize {
         let g = (prefix.saturating_sub(self.low).min(self.span) >> self.shift) as usize;
-        let (start, n) = self.buckets[g];
-        let start = start as usize;
-        let (p0, p1) = (self.prefixes[start], self.prefixes[start + 1]);
-        if n > FAST_BOUNDS || p0 == prefix || p1 == prefix {
-            let end = (start + n as usize).min(bounds.len());
+        let b = self.buckets[g];
+        let start = b.before as usize;
+        if b.count > FAST_BOUNDS || b.first == prefix || b.second == prefix {
+            let end = (start + b.count as usize).min(bounds.len());
             return start
                 + bounds[start..end]
                     .iter()
                     .map(|b| usize::from(b < key))
                     .sum::<usize>();
         }
-        start + usize::from(p0 < prefix) + usize::from(p1 < prefix)
+        start + usize::from(b.first < prefix) + usize::from(b.second < prefix)
     }
 }
 
@@ -571,7 +661,7 @@ mod tests {
         assert!(check(&close, &probes));
         let index = SketchIndex::new(&close).unwrap();
         assert!(
-            index.buckets.iter().all(|b| b.1 <= FAST_BOUNDS),
+            index.buckets.iter().all(|b| b.count <= FAST_BOUNDS),
             "{index:?}"
         );
         // Wide keys whose bounds share their prefix with the probes: whole keys compared.
