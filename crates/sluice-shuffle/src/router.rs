@@ -220,14 +220,19 @@ impl<K: ShuffleKey> RangeRouter<K> {
             } => {
                 let computed_for = bounds.len() + 1;
                 let (bounds, index) = (&bounds[..], index.view());
+                let start = out.len();
                 out.extend(records.iter().map(move |r| {
                     let k = key(r);
-                    let range = match order_prefix(&k) {
+                    match order_prefix(&k) {
                         Some(p) => index.range(bounds, &k, p),
                         None => partition(&k, bounds, computed_for),
-                    };
-                    adjust_for_rescale(range, computed_for, num_partitions)
+                    }
                 }));
+                if computed_for > num_partitions {
+                    for s in &mut out[start..] {
+                        *s = adjust_for_rescale(*s, computed_for, num_partitions);
+                    }
+                }
             }
             Table::Sketch {
                 bounds,
@@ -252,11 +257,16 @@ impl<K: ShuffleKey> RangeRouter<K> {
                 let (keys, choices) = (keys.view(), choices.view());
                 let sequences = &mut self.sequences[..];
                 let unknown = &mut self.unknown;
+                let start = out.len();
                 out.extend(records.iter().map(move |r| {
-                    let subtask =
-                        map_target(keys, choices, sequences, unknown, &key(r), num_partitions);
-                    adjust_for_rescale(subtask, computed_for, num_partitions)
+                    map_target(keys, choices, sequences, unknown, &key(r), num_partitions)
                 }));
+                // Folded in a pass of its own, which the common case (no fold) skips.
+                if computed_for > num_partitions {
+                    for s in &mut out[start..] {
+                        *s = adjust_for_rescale(*s, computed_for, num_partitions);
+                    }
+                }
             }
         }
     }
@@ -283,11 +293,17 @@ fn map_target<K: ShuffleKey>(
             *s = s.wrapping_add(GOLDEN);
             choices.pick(route, *s)
         }
-        None => {
-            *unknown += 1;
-            (*unknown % num_partitions.max(1) as u64) as usize
-        }
+        None => next_unknown(unknown, num_partitions),
     }
+}
+
+/// The round-robin subtask of the next unknown key, out of line (it divides) so that it does
+/// not crowd the routing loop.
+#[cold]
+#[inline(never)]
+fn next_unknown(unknown: &mut u64, num_partitions: usize) -> usize {
+    *unknown += 1;
+    (*unknown % num_partitions.max(1) as u64) as usize
 }
 
 #[cfg(test)]

@@ -43,7 +43,6 @@ pub(crate) struct KeyIndex<K> {
     /// emptied), so a key match is always a real entry and only a mismatch reads the route to
     /// tell an empty slot.
     slots: Vec<(K, Route)>,
-    mask: usize,
 }
 
 impl<K: Hash + Eq + Clone> KeyIndex<K> {
@@ -51,10 +50,7 @@ impl<K: Hash + Eq + Clone> KeyIndex<K> {
     pub(crate) fn new(entries: Vec<(K, Route)>) -> Self {
         let count = (entries.len() * 2).next_power_of_two().max(16);
         let Some(filler) = entries.first().map(|(k, _)| k.clone()) else {
-            return KeyIndex {
-                slots: Vec::new(),
-                mask: 0,
-            };
+            return KeyIndex { slots: Vec::new() };
         };
         let mask = count - 1;
         let mut slots = vec![(filler, EMPTY); count];
@@ -65,7 +61,7 @@ impl<K: Hash + Eq + Clone> KeyIndex<K> {
             }
             slots[i] = (key, route);
         }
-        KeyIndex { slots, mask }
+        KeyIndex { slots }
     }
 
     /// How many slots there are (the length of a per-slot array such as the routers'
@@ -74,12 +70,9 @@ impl<K: Hash + Eq + Clone> KeyIndex<K> {
         self.slots.len()
     }
 
-    /// The index as a slice and a mask, for a loop to keep in registers.
+    /// The index as a slice, for a loop to keep in registers.
     pub(crate) fn view(&self) -> KeyView<'_, K> {
-        KeyView {
-            slots: &self.slots,
-            mask: self.mask,
-        }
+        KeyView { slots: &self.slots }
     }
 
     /// [`KeyView::find`], for tests.
@@ -93,7 +86,6 @@ impl<K: Hash + Eq + Clone> KeyIndex<K> {
 #[derive(Debug)]
 pub(crate) struct KeyView<'a, K> {
     slots: &'a [(K, Route)],
-    mask: usize,
 }
 
 impl<K> Clone for KeyView<'_, K> {
@@ -108,10 +100,10 @@ impl<K: Hash + Eq> KeyView<'_, K> {
     /// The slot and route of `key`, if the statistics know it.
     #[inline(always)]
     pub(crate) fn find(&self, key: &K) -> Option<(usize, Route)> {
-        if self.slots.is_empty() {
-            return None;
-        }
-        let mut i = home(key) & self.mask;
+        // The slot count is a power of two: masking by it minus one keeps every index in
+        // bounds, which the compiler sees (no bounds check per probe).
+        let mask = self.slots.len().checked_sub(1)?;
+        let mut i = home(key) & mask;
         loop {
             let (k, route) = &self.slots[i];
             if k == key {
@@ -120,7 +112,7 @@ impl<K: Hash + Eq> KeyView<'_, K> {
             if *route == EMPTY {
                 return None;
             }
-            i = (i + 1) & self.mask;
+            i = (i + 1) & mask;
         }
     }
 }
@@ -299,12 +291,20 @@ impl ChoicesView<'_> {
         let bucket = ((s >> MASK_SHIFT) & (route >> MASK_SHIFT)) as usize;
         let c = self.buckets[base + bucket];
         if c.low() == MIXED {
-            return self.shares[c.threshold as usize].pick(s);
+            return search(self.shares, c.threshold, s);
         }
         // The high half when `s` reached the threshold, by a shift of the pair (loaded whole
         // either way): no branch on the sequence value, which the compiler makes of a select.
         (c.subtasks >> (u32::from(s >= c.threshold) * 32)) as u32 as usize
     }
+}
+
+/// The choice of a bucket in which shares end: a search of the key's shares, out of line so
+/// that the rare case does not crowd the routing loop's registers.
+#[cold]
+#[inline(never)]
+fn search(shares: &[Shares], index: u64, s: u64) -> usize {
+    shares.get(index as usize).map_or(0, |shares| shares.pick(s))
 }
 
 /// A bucket choosing `low` below `threshold` and `high` from it, if both subtasks fit.
