@@ -288,11 +288,17 @@ fn map_target<K: ShuffleKey>(
     match keys.find(key) {
         // Every key known walks its sequence, so that keys on one subtask and split keys take
         // the same instructions (the former's choice does not depend on the value).
-        Some((slot, route)) => {
-            let s = &mut sequences[slot];
-            *s = s.wrapping_add(GOLDEN);
-            choices.pick(route, *s)
-        }
+        // There are as many sequences as slots, a power of two: masking by their count minus
+        // one is the slot itself, and the compiler sees it in bounds (the count test is the
+        // same for every record, so it is hoisted out of a loop).
+        Some((slot, route)) => match sequences.len().checked_sub(1) {
+            Some(mask) => {
+                let s = &mut sequences[slot & mask];
+                *s = s.wrapping_add(GOLDEN);
+                choices.pick(route, *s)
+            }
+            None => next_unknown(unknown, num_partitions),
+        },
         None => next_unknown(unknown, num_partitions),
     }
 }

@@ -23,16 +23,19 @@ use rustc_hash::FxBuildHasher;
 use std::any::Any;
 use std::hash::{BuildHasher, Hash};
 
-/// A key's entry in [`Choices`], packed in 64 bits: the index of its first bucket (below
-/// 2^58) and, in the top 6 bits, the mask of the sequence bits that pick among its buckets (0
-/// for a key on one subtask, 63 for a split key).
+/// A key's entry in [`Choices`], packed in 64 bits: the index of its first bucket in the top 58
+/// bits and, in the low 6 bits, the mask of the sequence bits that pick among its buckets (0
+/// for a key on one subtask, 63 for a split key). Unpacking takes a shift and an `and`, with no
+/// constant to load.
 pub(crate) type Route = u64;
 
 /// The route of an empty [`KeyIndex`] slot (never a real route: its base is out of range).
 const EMPTY: Route = u64::MAX;
 
-/// Where the bucket mask sits in a [`Route`].
-const MASK_SHIFT: u32 = 64 - SHARE_BUCKET_BITS;
+/// Where the bucket index starts in a [`Route`] (above the mask).
+const BASE_SHIFT: u32 = SHARE_BUCKET_BITS;
+/// Where the bucket bits start in a sequence value (its top bits).
+const BUCKET_SHIFT: u32 = 64 - SHARE_BUCKET_BITS;
 
 /// The keys of Map statistics and their routes, for lookups by key.
 #[derive(Debug)]
@@ -203,7 +206,7 @@ impl Choices {
     /// The route of a key on `subtask` alone.
     pub(crate) fn single(&mut self, subtask: usize) -> Route {
         if let Some(&base) = self.singles.get(&subtask) {
-            return base as Route;
+            return (base as Route) << BASE_SHIFT;
         }
         let base = self.buckets.len();
         let choice = match u32::try_from(subtask) {
@@ -215,7 +218,7 @@ impl Choices {
         };
         self.buckets.push(choice);
         self.singles.insert(subtask, base);
-        base as Route
+        (base as Route) << BASE_SHIFT
     }
 
     /// The route of a key split over `shares`.
@@ -243,7 +246,7 @@ impl Choices {
             self.buckets.push(choice);
         }
         self.shares.push(shares);
-        base as Route | Route::from((1u64 << SHARE_BUCKET_BITS) - 1) << MASK_SHIFT
+        (base as Route) << BASE_SHIFT | ((1 << SHARE_BUCKET_BITS) - 1)
     }
 
     /// A bucket that searches the next [`Shares`] pushed.
@@ -287,9 +290,8 @@ impl ChoicesView<'_> {
     /// The subtask of a key with `route` for its sequence value `s`.
     #[inline(always)]
     pub(crate) fn pick(&self, route: Route, s: u64) -> usize {
-        let base = (route & ((1 << MASK_SHIFT) - 1)) as usize;
-        let bucket = ((s >> MASK_SHIFT) & (route >> MASK_SHIFT)) as usize;
-        let c = self.buckets[base + bucket];
+        let bucket = ((route >> BASE_SHIFT) + ((s >> BUCKET_SHIFT) & route)) as usize;
+        let c = self.buckets[bucket];
         if c.low() == MIXED {
             return search(self.shares, c.threshold, s);
         }
