@@ -6,14 +6,13 @@
 //! - [`KeyIndex`]: the Map statistics' keys in an open-addressing table (FxHash, linear
 //!   probing, at most half full), each slot holding its key and the key's packed [`Route`] side
 //!   by side: a hit is usually one probe, one comparison and one cache line;
-//! - [`Choices`]: every key's choice of subtask as a table over the top 6 bits of the key's
-//!   Weyl sequence value. A split key owns 64 buckets; a bucket holds a subtask, a second one
-//!   and the sequence value from which the second applies, so the choice is a comparison and a
-//!   mask, without a branch. A key on one subtask owns a single bucket of that subtask, and the
-//!   route's bucket mask (0) makes every sequence value read it: single and split keys take the
-//!   same instructions, so the long tail's mix of them costs no mispredicted branch. Only a
-//!   bucket in which two shares end (a share narrower than a sixty-fourth of the key) falls back
-//!   to a search of the key's [`Shares`];
+//! - [`Choices`]: every key's choice of subtask as a table over the top 10 bits of the key's
+//!   Weyl sequence value. A split key owns 1,024 buckets of 2 bytes, each holding the subtask
+//!   of every sequence value in it; a key on one subtask owns a single bucket of that subtask,
+//!   and the route's bucket mask (0) makes every sequence value read it. Single and split keys
+//!   take the same instructions, so the long tail's mix of them costs no mispredicted branch.
+//!   Only a bucket in which a share ends (at most `m - 1` of 1,024 for `m` shares, so well
+//!   under 1 % of a split key's records) falls back to a search of the key's [`Shares`];
 //! - [`SketchIndex`]: for keys with an order-preserving 64-bit prefix ([`order_prefix`]:
 //!   integers, strings), the range bounds bucketed by prefix, at most two bounds a bucket: a
 //!   key's range is the count of bounds in earlier buckets plus two comparisons of prefixes
@@ -23,10 +22,10 @@ use rustc_hash::FxBuildHasher;
 use std::any::Any;
 use std::hash::{BuildHasher, Hash};
 
-/// A key's entry in [`Choices`], packed in 64 bits: the index of its first bucket in the top 58
-/// bits and, in the low 6 bits, the mask of the sequence bits that pick among its buckets (0
-/// for a key on one subtask, 63 for a split key). Unpacking takes a shift and an `and`, with no
-/// constant to load.
+/// A key's entry in [`Choices`], packed in 64 bits: the index of its first bucket in the top 54
+/// bits and, in the low 10 bits, the mask of the sequence bits that pick among its buckets (0
+/// for a key on one subtask, 1,023 for a split key). Unpacking takes a shift and an `and`, with
+/// no constant to load.
 pub(crate) type Route = u64;
 
 /// The route of an empty [`KeyIndex`] slot (never a real route: its base is out of range).
@@ -126,8 +125,9 @@ fn home<K: Hash>(key: &K) -> usize {
     FxBuildHasher.hash_one(key) as usize
 }
 
-/// Bits of a split key's sequence value that pick its bucket.
-const SHARE_BUCKET_BITS: u32 = 6;
+/// Bits of a split key's sequence value that pick its bucket: 1,024 buckets of 2 bytes, so a
+/// split into `m` shares sends at most `m - 1` of 1,024 sequence values to a search.
+const SHARE_BUCKET_BITS: u32 = 10;
 
 /// A split key's shares: its subtasks and the cumulative routing weights. The reference
 /// choice, which [`Choices`] tabulates; searched only for the rare bucket in which two shares
@@ -175,29 +175,16 @@ impl Shares {
     }
 }
 
-/// One bucket of [`Choices`]: sequence values below `threshold` go to the subtask in the low 32
-/// bits of `subtasks`, the others to the one in the high 32 bits; a low half of [`MIXED`] sends
-/// the choice to the key's [`Shares`], whose index is then `threshold`.
-#[derive(Clone, Copy, Debug)]
-struct Choice {
-    threshold: u64,
-    subtasks: u64,
-}
-
-impl Choice {
-    fn low(&self) -> u32 {
-        self.subtasks as u32
-    }
-}
-
-/// Marks a bucket whose choice needs a search.
-const MIXED: u32 = u32::MAX;
+/// Marks a bucket whose choice needs a search (or whose subtask does not fit 16 bits).
+const MIXED: u16 = u16::MAX;
 
 /// Every Map key's choice of subtask (see the [module](self) documentation).
 #[derive(Debug, Default)]
 pub(crate) struct Choices {
-    buckets: Vec<Choice>,
-    shares: Vec<Shares>,
+    /// Per bucket: its subtask, or [`MIXED`].
+    buckets: Vec<u16>,
+    /// The shares of every key with a bucket that searches, by its first bucket (ascending).
+    searched: Vec<(usize, Shares)>,
     /// The bucket of each subtask a key routes to alone (they share it).
     singles: std::collections::HashMap<usize, usize>,
 }
@@ -209,14 +196,11 @@ impl Choices {
             return (base as Route) << BASE_SHIFT;
         }
         let base = self.buckets.len();
-        let choice = match u32::try_from(subtask) {
-            Ok(low) if low != MIXED => Choice {
-                threshold: u64::MAX,
-                subtasks: u64::from(low) * 0x1_0000_0001,
-            },
-            _ => self.mixed(Shares::new(vec![subtask], &[1])),
-        };
-        self.buckets.push(choice);
+        let bucket = fit(subtask);
+        if bucket == MIXED {
+            self.searched.push((base, Shares::new(vec![subtask], &[1])));
+        }
+        self.buckets.push(bucket);
         self.singles.insert(subtask, base);
         (base as Route) << BASE_SHIFT
     }
@@ -224,51 +208,30 @@ impl Choices {
     /// The route of a key split over `shares`.
     pub(crate) fn split(&mut self, shares: Shares) -> Route {
         let base = self.buckets.len();
-        let shift = 64 - SHARE_BUCKET_BITS;
+        let mut searches = false;
         for g in 0..1u64 << SHARE_BUCKET_BITS {
-            let first = g << shift;
-            let last = first | ((1u64 << shift) - 1);
+            let first = g << BUCKET_SHIFT;
+            let last = first | ((1u64 << BUCKET_SHIFT) - 1);
             let (lo, hi) = (shares.position(first), shares.position(last));
-            let choice = if lo == hi {
-                narrow(shares.subtask(lo), shares.subtask(lo), u64::MAX)
-            } else if shares.cumulative[lo] == shares.cumulative[hi - 1] {
-                // One share edge within the bucket (zero-weight shares may end there too): the
-                // first sequence value whose point reaches it, `ceil(c · 2^64 / total)`.
-                let c = u128::from(shares.cumulative[lo]);
-                let threshold = (c << 64).div_ceil(u128::from(shares.total));
-                u64::try_from(threshold)
-                    .ok()
-                    .and_then(|t| narrow(shares.subtask(lo), shares.subtask(hi), t))
+            let bucket = if lo == hi {
+                fit(shares.subtask(lo))
             } else {
-                None
+                MIXED
             };
-            let choice = choice.unwrap_or_else(|| self.searching());
-            self.buckets.push(choice);
+            searches |= bucket == MIXED;
+            self.buckets.push(bucket);
         }
-        self.shares.push(shares);
+        if searches {
+            self.searched.push((base, shares));
+        }
         (base as Route) << BASE_SHIFT | ((1 << SHARE_BUCKET_BITS) - 1)
-    }
-
-    /// A bucket that searches the next [`Shares`] pushed.
-    fn searching(&self) -> Choice {
-        Choice {
-            threshold: self.shares.len() as u64,
-            subtasks: u64::from(MIXED),
-        }
-    }
-
-    /// A bucket that searches `shares`, which it stores.
-    fn mixed(&mut self, shares: Shares) -> Choice {
-        let choice = self.searching();
-        self.shares.push(shares);
-        choice
     }
 
     /// The choices as slices, for a loop to keep in registers.
     pub(crate) fn view(&self) -> ChoicesView<'_> {
         ChoicesView {
             buckets: &self.buckets,
-            shares: &self.shares,
+            searched: &self.searched,
         }
     }
 
@@ -279,25 +242,28 @@ impl Choices {
     }
 }
 
+/// `subtask` as a bucket entry, or [`MIXED`] if it does not fit one.
+fn fit(subtask: usize) -> u16 {
+    u16::try_from(subtask).unwrap_or(MIXED)
+}
+
 /// [`Choices`] borrowed for a loop.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ChoicesView<'a> {
-    buckets: &'a [Choice],
-    shares: &'a [Shares],
+    buckets: &'a [u16],
+    searched: &'a [(usize, Shares)],
 }
 
 impl ChoicesView<'_> {
     /// The subtask of a key with `route` for its sequence value `s`.
     #[inline(always)]
     pub(crate) fn pick(&self, route: Route, s: u64) -> usize {
-        let bucket = ((route >> BASE_SHIFT) + ((s >> BUCKET_SHIFT) & route)) as usize;
-        let c = self.buckets[bucket];
-        if c.low() == MIXED {
-            return search(self.shares, c.threshold, s);
+        let base = (route >> BASE_SHIFT) as usize;
+        let bucket = self.buckets[base + ((s >> BUCKET_SHIFT) & route) as usize];
+        if bucket == MIXED {
+            return search(self.searched, base, s);
         }
-        // The high half when `s` reached the threshold, by a shift of the pair (loaded whole
-        // either way): no branch on the sequence value, which the compiler makes of a select.
-        (c.subtasks >> (u32::from(s >= c.threshold) * 32)) as u32 as usize
+        usize::from(bucket)
     }
 }
 
@@ -305,17 +271,12 @@ impl ChoicesView<'_> {
 /// that the rare case does not crowd the routing loop's registers.
 #[cold]
 #[inline(never)]
-fn search(shares: &[Shares], index: u64, s: u64) -> usize {
-    shares.get(index as usize).map_or(0, |shares| shares.pick(s))
-}
-
-/// A bucket choosing `low` below `threshold` and `high` from it, if both subtasks fit.
-fn narrow(low: usize, high: usize, threshold: u64) -> Option<Choice> {
-    let (low, high) = (u32::try_from(low).ok()?, u32::try_from(high).ok()?);
-    (low != MIXED).then_some(Choice {
-        threshold,
-        subtasks: u64::from(low) | u64::from(high) << 32,
-    })
+fn search(searched: &[(usize, Shares)], base: usize, s: u64) -> usize {
+    match searched.binary_search_by_key(&base, |(b, _)| *b) {
+        Ok(i) => searched[i].1.pick(s),
+        // Every route whose buckets search has its shares here.
+        Err(_) => 0,
+    }
 }
 
 /// Where the sequence value `s` falls in `0..total` (multiply-shift: monotone in `s`).
@@ -520,26 +481,20 @@ mod tests {
         assert_eq!(strings.find(&"b".to_string()), None);
     }
 
-    /// Draws of sequence values: random ones, every bucket's edges, and around every
-    /// threshold of `choices`.
-    fn draws(rng: &mut Rng, choices: &Choices) -> Vec<u64> {
+    /// Draws of sequence values: random ones, every bucket's edges, and around every value
+    /// at which `shares` moves to its next share.
+    fn draws(rng: &mut Rng, shares: &Shares) -> Vec<u64> {
         let random = (0..20_000).map(|_| rng.next_u64());
-        let edges = (0..64u64).flat_map(|g| {
-            [
-                g << 58,
-                (g << 58).wrapping_sub(1),
-                (g << 58) | ((1 << 58) - 1),
-            ]
+        let edges = (0..1u64 << SHARE_BUCKET_BITS).flat_map(|g| {
+            let first = g << BUCKET_SHIFT;
+            [first, first.wrapping_sub(1), first | ((1 << BUCKET_SHIFT) - 1)]
         });
-        let thresholds = choices
-            .buckets
-            .iter()
-            .filter(|c| c.low() != MIXED)
-            .flat_map(|c| {
-                let t = c.threshold;
-                [t.wrapping_sub(1), t, t.wrapping_add(1)]
-            });
-        random.chain(edges).chain(thresholds).collect()
+        let total = u128::from(shares.total);
+        let moves = shares.cumulative.iter().flat_map(|&c| {
+            let t = ((u128::from(c) << 64).div_ceil(total)).min(u128::from(u64::MAX)) as u64;
+            [t.wrapping_sub(1), t, t.wrapping_add(1)]
+        });
+        random.chain(edges).chain(moves).collect()
     }
 
     #[test]
@@ -554,25 +509,23 @@ mod tests {
             vec![u64::from(u32::MAX), 1, 7],
             vec![u64::MAX / 4, u64::MAX / 4, 5],
         ] {
-            let searched = Shares::new((0..weights.len()).map(|i| i * 3).collect(), &weights);
+            let subtasks = || (0..weights.len()).map(|i| i * 3).collect::<Vec<_>>();
+            let searched = Shares::new(subtasks(), &weights);
             // Behind a single key and another split key, as in a table.
             let mut choices = Choices::default();
             let single = choices.single(5);
             choices.split(Shares::new(vec![7, 8], &[1, 1]));
-            let route = choices.split(Shares::new(
-                (0..weights.len()).map(|i| i * 3).collect(),
-                &weights,
-            ));
-            for s in draws(&mut rng, &choices) {
+            let route = choices.split(Shares::new(subtasks(), &weights));
+            for s in draws(&mut rng, &searched) {
                 assert_eq!(choices.pick(route, s), searched.pick(s), "{weights:?}, {s}");
                 assert_eq!(choices.pick(single, s), 5);
             }
         }
-        // Most buckets need no search.
+        // A split into 9 shares searches in at most 8 of its 1,024 buckets.
         let mut choices = Choices::default();
         choices.split(Shares::new((0..9).collect(), &[9; 9]));
-        let searched = choices.buckets.iter().filter(|c| c.low() == MIXED).count();
-        assert_eq!(searched, 0, "{choices:?}");
+        let searched = choices.buckets.iter().filter(|&&b| b == MIXED).count();
+        assert!(searched <= 8, "{searched}");
     }
 
     #[test]
@@ -585,10 +538,13 @@ mod tests {
         for s in [0, 1 << 63, u64::MAX] {
             assert_eq!((choices.pick(a, s), choices.pick(b, s)), (3, 4));
         }
-        // A subtask that does not fit a bucket is searched for instead.
-        let huge = usize::try_from(u64::from(u32::MAX)).unwrap_or(usize::MAX);
+        // A subtask that does not fit a bucket is searched for instead, also in a split.
+        let huge = usize::from(u16::MAX) + 10;
         let route = choices.single(huge);
         assert_eq!(choices.pick(route, 12345), huge);
+        let split = choices.split(Shares::new(vec![4, huge], &[1, 1]));
+        assert_eq!(choices.pick(split, 0), 4);
+        assert_eq!(choices.pick(split, u64::MAX), huge);
     }
 
     #[test]
