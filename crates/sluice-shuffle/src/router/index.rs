@@ -489,7 +489,11 @@ mod tests {
         let random = (0..20_000).map(|_| rng.next_u64());
         let edges = (0..1u64 << SHARE_BUCKET_BITS).flat_map(|g| {
             let first = g << BUCKET_SHIFT;
-            [first, first.wrapping_sub(1), first | ((1 << BUCKET_SHIFT) - 1)]
+            [
+                first,
+                first.wrapping_sub(1),
+                first | ((1 << BUCKET_SHIFT) - 1),
+            ]
         });
         let total = u128::from(shares.total);
         let moves = shares.cumulative.iter().flat_map(|&c| {
