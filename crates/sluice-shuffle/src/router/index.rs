@@ -6,12 +6,12 @@
 //! - [`KeyIndex`]: the Map statistics' keys in an open-addressing table (FxHash, linear
 //!   probing, at most half full), each slot holding its key and the key's packed [`Route`] side
 //!   by side: a hit is usually one probe, one comparison and one cache line;
-//! - [`Choices`]: every key's choice of subtask as a table over the top 8 bits of the key's
-//!   Weyl sequence value. A split key owns 256 buckets of 2 bytes, each holding the subtask
+//! - [`Choices`]: every key's choice of subtask as a table over the top 9 bits of the key's
+//!   Weyl sequence value. A split key owns 512 buckets of 2 bytes, each holding the subtask
 //!   of every sequence value in it; a key on one subtask owns a single bucket of that subtask,
 //!   and the route's bucket mask (0) makes every sequence value read it. Single and split keys
 //!   take the same instructions, so the long tail's mix of them costs no mispredicted branch.
-//!   Only a bucket in which a share ends (at most `m - 1` of 256 for `m` shares: 3 % of a
+//!   Only a bucket in which a share ends (at most `m - 1` of 512 for `m` shares: 1.6 % of a
 //!   9-way split key's records) falls back to a search of the key's [`Shares`];
 //! - [`SketchIndex`]: for keys with an order-preserving 64-bit prefix ([`order_prefix`]:
 //!   integers, strings), the range bounds bucketed by prefix, at most two bounds a bucket: a
@@ -22,9 +22,9 @@ use rustc_hash::FxBuildHasher;
 use std::any::Any;
 use std::hash::{BuildHasher, Hash};
 
-/// A key's entry in [`Choices`], packed in 64 bits: the index of its first bucket in the top 56
-/// bits and, in the low 8 bits, the mask of the sequence bits that pick among its buckets (0
-/// for a key on one subtask, 255 for a split key). Unpacking takes a shift and an `and`, with
+/// A key's entry in [`Choices`], packed in 64 bits: the index of its first bucket in the top 55
+/// bits and, in the low 9 bits, the mask of the sequence bits that pick among its buckets (0
+/// for a key on one subtask, 511 for a split key). Unpacking takes a shift and an `and`, with
 /// no constant to load.
 pub(crate) type Route = u64;
 
@@ -125,11 +125,11 @@ fn home<K: Hash>(key: &K) -> usize {
     FxBuildHasher.hash_one(key) as usize
 }
 
-/// Bits of a split key's sequence value that pick its bucket: 256 buckets of 2 bytes, so a
-/// split into `m` shares sends at most `m - 1` of 256 sequence values to a search. (1,024
-/// buckets search less, but a long tail's split keys then fill most of the L1 cache, and
-/// `shuffle-cost` ran at half speed in some processes.)
-const SHARE_BUCKET_BITS: u32 = 8;
+/// Bits of a split key's sequence value that pick its bucket: 512 buckets of 2 bytes (1 KiB),
+/// so a split into `m` shares sends at most `m - 1` of 512 sequence values to a search.
+/// `shuffle-cost` measured 9 bits fastest: 8 search (and mispredict) twice as often, and with
+/// 10 a long tail's split keys fill most of the L1 cache (some processes routed at half speed).
+const SHARE_BUCKET_BITS: u32 = 9;
 
 /// A split key's shares: its subtasks and the cumulative routing weights. The reference
 /// choice, which [`Choices`] tabulates; searched only for the rare bucket in which two shares
@@ -527,7 +527,7 @@ mod tests {
                 assert_eq!(choices.pick(single, s), 5);
             }
         }
-        // A split into 9 shares searches in at most 8 of its 256 buckets.
+        // A split into 9 shares searches in at most 8 of its 512 buckets.
         let mut choices = Choices::default();
         choices.split(Shares::new((0..9).collect(), &[9; 9]));
         let searched = choices.buckets.iter().filter(|&&b| b == MIXED).count();
