@@ -19,7 +19,7 @@ use crate::bounds::{adjust_for_rescale, partition, ranges_of};
 use crate::global::{GlobalStatistics, Routing};
 use crate::rng::mix;
 use crate::statistics::{ShuffleKey, StatisticsType};
-use index::{KeyIndex, Shares, SketchIndex, Splits, Target, order_prefix};
+use index::{Choices, ChoicesView, KeyIndex, KeyView, Shares, SketchIndex, order_prefix};
 use std::sync::Arc;
 
 mod index;
@@ -31,7 +31,7 @@ const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 enum Table<K> {
     Map {
         keys: KeyIndex<K>,
-        splits: Splits,
+        choices: Choices,
     },
     Sketch {
         bounds: Vec<K>,
@@ -56,19 +56,19 @@ impl<K: ShuffleKey> RouteTable<K> {
         let table = match &statistics.routing {
             Routing::Map(m) => {
                 let mut entries = Vec::with_capacity(m.keys().len());
-                let mut splits = Splits::default();
+                let mut choices = Choices::default();
                 for (k, a) in m.keys() {
-                    let target = if a.subtasks().len() == 1 {
-                        Target::One(a.subtasks()[0])
-                    } else {
-                        let shares = Shares::new(a.subtasks().to_vec(), &a.routing_weights());
-                        Target::Split(splits.push(shares))
+                    let route = match a.subtasks() {
+                        [one] => choices.single(*one),
+                        subtasks => {
+                            choices.split(Shares::new(subtasks.to_vec(), &a.routing_weights()))
+                        }
                     };
-                    entries.push((k.clone(), target));
+                    entries.push((k.clone(), route));
                 }
                 Table::Map {
                     keys: KeyIndex::new(entries),
-                    splits,
+                    choices,
                 }
             }
             Routing::Sketch(bounds) => Table::Sketch {
@@ -149,11 +149,11 @@ pub struct RangeRouter<K> {
 impl<K: ShuffleKey> RangeRouter<K> {
     /// A router over `table`; `seed` picks where each split key's sequence starts.
     pub fn new(table: Arc<RouteTable<K>>, seed: u64) -> Self {
-        let splits = match &table.table {
-            Table::Map { splits, .. } => splits.len(),
+        let slots = match &table.table {
+            Table::Map { keys, .. } => keys.slots(),
             Table::Sketch { .. } => 0,
         };
-        let sequences = (0..splits as u64).map(|i| mix(seed ^ mix(i))).collect();
+        let sequences = (0..slots as u64).map(|i| mix(seed ^ mix(i))).collect();
         RangeRouter {
             table,
             sequences,
@@ -167,10 +167,10 @@ impl<K: ShuffleKey> RangeRouter<K> {
         let computed_for = self.table.computed_for;
         match &self.table.table {
             Table::Sketch { bounds, .. } => partition(key, bounds, num_partitions),
-            Table::Map { keys, splits } => {
+            Table::Map { keys, choices } => {
                 let subtask = map_target(
-                    keys,
-                    splits,
+                    keys.view(),
+                    choices.view(),
                     &mut self.sequences,
                     &mut self.unknown,
                     key,
@@ -219,15 +219,19 @@ impl<K: ShuffleKey> RangeRouter<K> {
                 index: Some(index),
             } => {
                 let computed_for = bounds.len() + 1;
+                let (bounds, index) = (&bounds[..], index.view());
                 let start = out.len();
-                out.resize(start + records.len(), 0);
-                for (slot, r) in out[start..].iter_mut().zip(records) {
+                out.extend(records.iter().map(move |r| {
                     let k = key(r);
-                    let range = match order_prefix(&k) {
+                    match order_prefix(&k) {
                         Some(p) => index.range(bounds, &k, p),
                         None => partition(&k, bounds, computed_for),
-                    };
-                    *slot = adjust_for_rescale(range, computed_for, num_partitions);
+                    }
+                }));
+                if computed_for > num_partitions {
+                    for s in &mut out[start..] {
+                        *s = adjust_for_rescale(*s, computed_for, num_partitions);
+                    }
                 }
             }
             Table::Sketch {
@@ -247,20 +251,21 @@ impl<K: ShuffleKey> RangeRouter<K> {
                         .map(|r| partition(&key(r), bounds, num_partitions)),
                 );
             }
-            Table::Map { keys, splits } => {
-                // Written in place: no length update or capacity check per record.
+            Table::Map { keys, choices } => {
+                // Everything the closure reads, by value or as a plain reference, so that the
+                // loop keeps it in registers.
+                let (keys, choices) = (keys.view(), choices.view());
+                let sequences = &mut self.sequences[..];
+                let unknown = &mut self.unknown;
                 let start = out.len();
-                out.resize(start + records.len(), 0);
-                for (slot, r) in out[start..].iter_mut().zip(records) {
-                    let subtask = map_target(
-                        keys,
-                        splits,
-                        &mut self.sequences,
-                        &mut self.unknown,
-                        &key(r),
-                        num_partitions,
-                    );
-                    *slot = adjust_for_rescale(subtask, computed_for, num_partitions);
+                out.extend(records.iter().map(move |r| {
+                    map_target(keys, choices, sequences, unknown, &key(r), num_partitions)
+                }));
+                // Folded in a pass of its own, which the common case (no fold) skips.
+                if computed_for > num_partitions {
+                    for s in &mut out[start..] {
+                        *s = adjust_for_rescale(*s, computed_for, num_partitions);
+                    }
                 }
             }
         }
@@ -273,25 +278,38 @@ pub const LANES: usize = 8;
 /// The subtask (among those the statistics were computed for) of `key` by Map statistics.
 #[inline(always)]
 fn map_target<K: ShuffleKey>(
-    keys: &KeyIndex<K>,
-    splits: &Splits,
+    keys: KeyView<'_, K>,
+    choices: ChoicesView<'_>,
     sequences: &mut [u64],
     unknown: &mut u64,
     key: &K,
     num_partitions: usize,
 ) -> usize {
-    match keys.get(key) {
-        Some(Target::One(s)) => s,
-        Some(Target::Split(i)) => {
-            let s = &mut sequences[i];
-            *s = s.wrapping_add(GOLDEN);
-            splits.pick(i, *s)
-        }
-        None => {
-            *unknown += 1;
-            (*unknown % num_partitions.max(1) as u64) as usize
-        }
+    match keys.find(key) {
+        // Every key known walks its sequence, so that keys on one subtask and split keys take
+        // the same instructions (the former's choice does not depend on the value).
+        // There are as many sequences as slots, a power of two: masking by their count minus
+        // one is the slot itself, and the compiler sees it in bounds (the count test is the
+        // same for every record, so it is hoisted out of a loop).
+        Some((slot, route)) => match sequences.len().checked_sub(1) {
+            Some(mask) => {
+                let s = &mut sequences[slot & mask];
+                *s = s.wrapping_add(GOLDEN);
+                choices.pick(route, *s)
+            }
+            None => next_unknown(unknown, num_partitions),
+        },
+        None => next_unknown(unknown, num_partitions),
     }
+}
+
+/// The round-robin subtask of the next unknown key, out of line (it divides) so that it does
+/// not crowd the routing loop.
+#[cold]
+#[inline(never)]
+fn next_unknown(unknown: &mut u64, num_partitions: usize) -> usize {
+    *unknown += 1;
+    (*unknown % num_partitions.max(1) as u64) as usize
 }
 
 #[cfg(test)]

@@ -1,96 +1,120 @@
 //! The lookup structures a [`RouteTable`](super::RouteTable) is compiled into, so that routing a
-//! record costs a few instructions and rarely a mispredicted branch. Each is built once per
-//! global statistics and gives exactly the answer of the plain search it replaces (the tests
-//! compare them over many inputs):
+//! record costs a few instructions and rarely a branch whose direction depends on the key. Each
+//! is built once per global statistics and gives exactly the answer of the plain search it
+//! replaces (the tests compare them over many inputs):
 //!
-//! - [`KeyIndex`]: the Map statistics' keys in an open-addressing table (linear probing, at
-//!   most half full), keys and targets in two flat arrays: a hit is usually one probe;
-//! - [`Shares`]: a split key's shares with a bucket table over the top bits of its Weyl
-//!   sequence: most buckets fall within one share, so the share is read, not searched;
+//! - [`KeyIndex`]: the Map statistics' keys in an open-addressing table (FxHash, linear
+//!   probing, at most half full), each slot holding its key and the key's packed [`Route`] side
+//!   by side: a hit is usually one probe, one comparison and one cache line;
+//! - [`Choices`]: every key's choice of subtask as a table over the top 9 bits of the key's
+//!   Weyl sequence value. A split key owns 512 buckets of 2 bytes, each holding the subtask
+//!   of every sequence value in it; a key on one subtask owns a single bucket of that subtask,
+//!   and the route's bucket mask (0) makes every sequence value read it. Single and split keys
+//!   take the same instructions, so the long tail's mix of them costs no mispredicted branch.
+//!   Only a bucket in which a share ends (at most `m - 1` of 512 for `m` shares: 1.6 % of a
+//!   9-way split key's records) falls back to a search of the key's [`Shares`];
 //! - [`SketchIndex`]: for keys with an order-preserving 64-bit prefix ([`order_prefix`]:
-//!   integers, strings), the range bounds bucketed by prefix: a key's range is the count of
-//!   bounds in earlier buckets plus a comparison with the (usually zero or one) bounds in its
-//!   own bucket.
+//!   integers, strings), the range bounds bucketed by prefix, at most two bounds a bucket: a
+//!   key's range is the count of bounds in earlier buckets plus two comparisons of prefixes
+//!   (whole keys only when a prefix is equal).
 
 use rustc_hash::FxBuildHasher;
 use std::any::Any;
 use std::hash::{BuildHasher, Hash};
 
-/// What a Map key routes to: one subtask, or a split key's [`Shares`] (by index).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Target {
-    One(usize),
-    Split(usize),
-}
+/// A key's entry in [`Choices`], packed in 64 bits: the index of its first bucket in the top 55
+/// bits and, in the low 9 bits, the mask of the sequence bits that pick among its buckets (0
+/// for a key on one subtask, 511 for a split key). Unpacking takes a shift and an `and`, with
+/// no constant to load.
+pub(crate) type Route = u64;
 
-/// A target packed in 32 bits: the top bit marks a split; all ones marks an empty slot.
-const SPLIT: u32 = 1 << 31;
-const EMPTY: u32 = u32::MAX;
+/// The route of an empty [`KeyIndex`] slot (never a real route: its base is out of range).
+const EMPTY: Route = u64::MAX;
 
-/// The keys of Map statistics and their targets, for lookups by key.
+/// Where the bucket index starts in a [`Route`] (above the mask).
+const BASE_SHIFT: u32 = SHARE_BUCKET_BITS;
+/// Where the bucket bits start in a sequence value (its top bits).
+const BUCKET_SHIFT: u32 = 64 - SHARE_BUCKET_BITS;
+
+/// The keys of Map statistics and their routes, for lookups by key.
 #[derive(Debug)]
 pub(crate) struct KeyIndex<K> {
-    /// Slot `i` holds a key when `targets[i] != EMPTY`; empty slots hold a copy of some key,
-    /// never compared (the target is checked first).
-    keys: Vec<K>,
-    targets: Vec<u32>,
-    mask: usize,
+    /// Slot `i` holds a key and its route, or (empty, route [`EMPTY`]) a copy of the first key.
+    /// An empty slot's key may be compared: a lookup of that key finds it in its own slot first
+    /// (on its probe path every slot was occupied when it was inserted, and slots are never
+    /// emptied), so a key match is always a real entry and only a mismatch reads the route to
+    /// tell an empty slot.
+    slots: Vec<(K, Route)>,
 }
 
 impl<K: Hash + Eq + Clone> KeyIndex<K> {
-    /// An index of `entries` (distinct keys). Targets must fit 31 bits (subtasks and split
-    /// indices are far smaller).
-    pub(crate) fn new(entries: Vec<(K, Target)>) -> Self {
-        let slots = (entries.len() * 2).next_power_of_two().max(16);
-        let mask = slots - 1;
+    /// An index of `entries` (distinct keys).
+    pub(crate) fn new(entries: Vec<(K, Route)>) -> Self {
+        let count = (entries.len() * 2).next_power_of_two().max(16);
         let Some(filler) = entries.first().map(|(k, _)| k.clone()) else {
-            return KeyIndex {
-                keys: Vec::new(),
-                targets: vec![EMPTY; 1],
-                mask: 0,
-            };
+            return KeyIndex { slots: Vec::new() };
         };
-        let mut keys = vec![filler; slots];
-        let mut targets = vec![EMPTY; slots];
-        for (key, target) in entries {
-            let packed = match target {
-                Target::One(s) => u32::try_from(s).unwrap_or(SPLIT - 1) & !SPLIT,
-                Target::Split(i) => SPLIT | (u32::try_from(i).unwrap_or(SPLIT - 1) & !SPLIT),
-            };
+        let mask = count - 1;
+        let mut slots = vec![(filler, EMPTY); count];
+        for (key, route) in entries {
             let mut i = home(&key) & mask;
-            while targets[i] != EMPTY {
+            while slots[i].1 != EMPTY {
                 i = (i + 1) & mask;
             }
-            keys[i] = key;
-            targets[i] = packed;
+            slots[i] = (key, route);
         }
-        KeyIndex {
-            keys,
-            targets,
-            mask,
-        }
+        KeyIndex { slots }
     }
 
-    /// The target of `key`, if the statistics know it.
+    /// How many slots there are (the length of a per-slot array such as the routers'
+    /// sequences).
+    pub(crate) fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The index as a slice, for a loop to keep in registers.
+    pub(crate) fn view(&self) -> KeyView<'_, K> {
+        KeyView { slots: &self.slots }
+    }
+
+    /// [`KeyView::find`], for tests.
+    #[cfg(test)]
+    pub(crate) fn find(&self, key: &K) -> Option<(usize, Route)> {
+        self.view().find(key)
+    }
+}
+
+/// A [`KeyIndex`] borrowed for a loop.
+#[derive(Debug)]
+pub(crate) struct KeyView<'a, K> {
+    slots: &'a [(K, Route)],
+}
+
+impl<K> Clone for KeyView<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for KeyView<'_, K> {}
+
+impl<K: Hash + Eq> KeyView<'_, K> {
+    /// The slot and route of `key`, if the statistics know it.
     #[inline(always)]
-    pub(crate) fn get(&self, key: &K) -> Option<Target> {
-        if self.keys.is_empty() {
-            return None;
-        }
-        let mut i = home(key) & self.mask;
+    pub(crate) fn find(&self, key: &K) -> Option<(usize, Route)> {
+        // The slot count is a power of two: masking by it minus one keeps every index in
+        // bounds, which the compiler sees (no bounds check per probe).
+        let mask = self.slots.len().checked_sub(1)?;
+        let mut i = home(key) & mask;
         loop {
-            let t = self.targets[i];
-            if t == EMPTY {
+            let (k, route) = &self.slots[i];
+            if k == key {
+                return Some((i, *route));
+            }
+            if *route == EMPTY {
                 return None;
             }
-            if self.keys[i] == *key {
-                return Some(if t & SPLIT == 0 {
-                    Target::One(t as usize)
-                } else {
-                    Target::Split((t & !SPLIT) as usize)
-                });
-            }
-            i = (i + 1) & self.mask;
+            i = (i + 1) & mask;
         }
     }
 }
@@ -101,19 +125,20 @@ fn home<K: Hash>(key: &K) -> usize {
     FxBuildHasher.hash_one(key) as usize
 }
 
-/// Bits of a split key's sequence value that pick its bucket.
-const SHARE_BUCKET_BITS: u32 = 6;
+/// Bits of a split key's sequence value that pick its bucket: 512 buckets of 2 bytes (1 KiB),
+/// so a split into `m` shares sends at most `m - 1` of 512 sequence values to a search.
+/// `shuffle-cost` measured 9 bits fastest: 8 search (and mispredict) twice as often, and with
+/// 10 a long tail's split keys fill most of the L1 cache (some processes routed at half speed).
+const SHARE_BUCKET_BITS: u32 = 9;
 
-/// A split key's shares: its subtasks, the cumulative routing weights, and for each bucket of
-/// sequence values the shares it may fall in.
+/// A split key's shares: its subtasks and the cumulative routing weights. The reference
+/// choice, which [`Choices`] tabulates; searched only for the rare bucket in which two shares
+/// end.
 #[derive(Debug)]
 pub(crate) struct Shares {
-    pub(crate) subtasks: Vec<usize>,
+    subtasks: Vec<usize>,
     cumulative: Vec<u64>,
     total: u64,
-    /// Per bucket: the count of cumulative weights at or below the bucket's smallest point,
-    /// and how many more lie within the bucket (to be compared).
-    buckets: Vec<(u32, u32)>,
 }
 
 impl Shares {
@@ -127,95 +152,132 @@ impl Shares {
                 total
             })
             .collect();
-        let count_le = |x: u64| cumulative.partition_point(|&c| c <= x);
-        let buckets = (0..1u64 << SHARE_BUCKET_BITS)
-            .map(|g| {
-                let shift = 64 - SHARE_BUCKET_BITS;
-                let first = g << shift;
-                let last = first | ((1u64 << shift) - 1);
-                let (lo, hi) = (count_le(point(first, total)), count_le(point(last, total)));
-                (
-                    u32::try_from(lo).unwrap_or(u32::MAX),
-                    u32::try_from(hi - lo).unwrap_or(u32::MAX),
-                )
-            })
-            .collect();
         Shares {
             subtasks,
             cumulative,
             total,
-            buckets,
         }
+    }
+
+    /// How many cumulative weights are at or below `s`'s point: the position of `s`'s share.
+    fn position(&self, s: u64) -> usize {
+        let x = point(s, self.total);
+        self.cumulative.partition_point(|&c| c <= x)
+    }
+
+    /// The subtask at share position `pos`.
+    fn subtask(&self, pos: usize) -> usize {
+        self.subtasks[pos.min(self.subtasks.len().saturating_sub(1))]
     }
 
     /// The subtask for the sequence value `s`: the share whose cumulative weights enclose
     /// `s`'s point in `0..total`.
-    #[inline(always)]
     pub(crate) fn pick(&self, s: u64) -> usize {
-        let (lo, n) = self.buckets[(s >> (64 - SHARE_BUCKET_BITS)) as usize];
-        let mut pos = lo as usize;
-        if n > 0 {
-            let x = point(s, self.total);
-            let end = (pos + n as usize).min(self.cumulative.len());
-            pos += self.cumulative[pos..end]
-                .iter()
-                .map(|&c| usize::from(c <= x))
-                .sum::<usize>();
-        }
-        self.subtasks[pos.min(self.subtasks.len() - 1)]
-    }
-
-    /// The same choice by a plain search (what `pick` must equal).
-    #[cfg(test)]
-    pub(crate) fn pick_by_search(&self, s: u64) -> usize {
-        let x = point(s, self.total);
-        let pos = self.cumulative.partition_point(|&c| c <= x);
-        self.subtasks[pos.min(self.subtasks.len() - 1)]
+        self.subtask(self.position(s))
     }
 }
 
-/// Every split key's [`Shares`], with their bucket tables flattened into one array (entry
-/// `split * 64 + bucket`): a bucket within one share holds that share's subtask, so the common
-/// case is one load from one array, without going through the split's own vectors.
+/// Marks a bucket whose choice needs a search (or whose subtask does not fit 16 bits).
+const MIXED: u16 = u16::MAX;
+
+/// Every Map key's choice of subtask (see the [module](self) documentation).
 #[derive(Debug, Default)]
-pub(crate) struct Splits {
-    direct: Vec<u64>,
-    shares: Vec<Shares>,
+pub(crate) struct Choices {
+    /// Per bucket: its subtask, or [`MIXED`].
+    buckets: Vec<u16>,
+    /// The shares of every key with a bucket that searches, by its first bucket (ascending).
+    searched: Vec<(usize, Shares)>,
+    /// The bucket of each subtask a key routes to alone (they share it).
+    singles: std::collections::HashMap<usize, usize>,
 }
 
-/// Marks a flattened bucket that straddles a share edge (its share must be computed).
-const MIXED: u64 = 1 << 63;
+impl Choices {
+    /// The route of a key on `subtask` alone.
+    pub(crate) fn single(&mut self, subtask: usize) -> Route {
+        if let Some(&base) = self.singles.get(&subtask) {
+            return (base as Route) << BASE_SHIFT;
+        }
+        let base = self.buckets.len();
+        let bucket = fit(subtask);
+        if bucket == MIXED {
+            self.searched.push((base, Shares::new(vec![subtask], &[1])));
+        }
+        self.buckets.push(bucket);
+        self.singles.insert(subtask, base);
+        (base as Route) << BASE_SHIFT
+    }
 
-impl Splits {
-    /// Adds a split key's shares; returns its index.
-    pub(crate) fn push(&mut self, shares: Shares) -> usize {
-        for &(lo, n) in &shares.buckets {
-            let entry = if n == 0 {
-                let pos = (lo as usize).min(shares.subtasks.len() - 1);
-                u64::try_from(shares.subtasks[pos]).unwrap_or(MIXED)
+    /// The route of a key split over `shares`.
+    pub(crate) fn split(&mut self, shares: Shares) -> Route {
+        let base = self.buckets.len();
+        let mut searches = false;
+        for g in 0..1u64 << SHARE_BUCKET_BITS {
+            let first = g << BUCKET_SHIFT;
+            let last = first | ((1u64 << BUCKET_SHIFT) - 1);
+            let (lo, hi) = (shares.position(first), shares.position(last));
+            let bucket = if lo == hi {
+                fit(shares.subtask(lo))
             } else {
                 MIXED
             };
-            self.direct.push(entry);
+            searches |= bucket == MIXED;
+            self.buckets.push(bucket);
         }
-        self.shares.push(shares);
-        self.shares.len() - 1
+        if searches {
+            self.searched.push((base, shares));
+        }
+        (base as Route) << BASE_SHIFT | ((1 << SHARE_BUCKET_BITS) - 1)
     }
 
-    /// How many split keys there are.
-    pub(crate) fn len(&self) -> usize {
-        self.shares.len()
+    /// The choices as slices, for a loop to keep in registers.
+    pub(crate) fn view(&self) -> ChoicesView<'_> {
+        ChoicesView {
+            buckets: &self.buckets,
+            searched: &self.searched,
+        }
     }
 
-    /// The subtask of split key `i` for its sequence value `s` (as [`Shares::pick`]).
+    /// [`ChoicesView::pick`], for tests.
+    #[cfg(test)]
+    pub(crate) fn pick(&self, route: Route, s: u64) -> usize {
+        self.view().pick(route, s)
+    }
+}
+
+/// `subtask` as a bucket entry, or [`MIXED`] if it does not fit one.
+fn fit(subtask: usize) -> u16 {
+    u16::try_from(subtask).unwrap_or(MIXED)
+}
+
+/// [`Choices`] borrowed for a loop.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ChoicesView<'a> {
+    buckets: &'a [u16],
+    searched: &'a [(usize, Shares)],
+}
+
+impl ChoicesView<'_> {
+    /// The subtask of a key with `route` for its sequence value `s`.
     #[inline(always)]
-    pub(crate) fn pick(&self, i: usize, s: u64) -> usize {
-        let e = self.direct[(i << SHARE_BUCKET_BITS) | (s >> (64 - SHARE_BUCKET_BITS)) as usize];
-        if e & MIXED == 0 {
-            e as usize
-        } else {
-            self.shares[i].pick(s)
+    pub(crate) fn pick(&self, route: Route, s: u64) -> usize {
+        let base = (route >> BASE_SHIFT) as usize;
+        let bucket = self.buckets[base + ((s >> BUCKET_SHIFT) & route) as usize];
+        if bucket == MIXED {
+            return search(self.searched, base, s);
         }
+        usize::from(bucket)
+    }
+}
+
+/// The choice of a bucket in which shares end: a search of the key's shares, out of line so
+/// that the rare case does not crowd the routing loop's registers.
+#[cold]
+#[inline(never)]
+fn search(searched: &[(usize, Shares)], base: usize, s: u64) -> usize {
+    match searched.binary_search_by_key(&base, |(b, _)| *b) {
+        Ok(i) => searched[i].1.pick(s),
+        // Every route whose buckets search has its shares here.
+        Err(_) => 0,
     }
 }
 
@@ -254,8 +316,14 @@ pub(crate) fn order_prefix<K: 'static>(key: &K) -> Option<u64> {
     }
 }
 
-/// Target bounds per bucket of [`SketchIndex`] on average (a power of two).
+/// Bounds per bucket of [`SketchIndex`] on average to start from (a power of two).
 const BUCKETS_PER_BOUND: usize = 8;
+/// The bounds a key is compared with by prefix alone: a bucket holding more is searched.
+const FAST_BOUNDS: u32 = 2;
+/// How many times more buckets are tried, while some bucket holds more than [`FAST_BOUNDS`].
+const MORE_BUCKET_BITS: u32 = 4;
+/// The most bucket bits.
+const MAX_BUCKET_BITS: u32 = 16;
 /// A bucket holding more bounds than this makes the index not worth it (keys sharing long
 /// prefixes): routing falls back to the binary search.
 const MAX_BOUNDS_PER_BUCKET: u32 = 4;
@@ -267,8 +335,17 @@ pub(crate) struct SketchIndex {
     low: u64,
     span: u64,
     shift: u32,
-    /// Per bucket: the count of bounds in earlier buckets, and of bounds in this one.
-    buckets: Vec<(u32, u32)>,
+    buckets: Vec<SketchBucket>,
+}
+
+/// One bucket of a [`SketchIndex`]: the count of bounds in earlier buckets, of bounds in this
+/// one, and the prefixes of the two bounds from its first on (`u64::MAX` past the last bound).
+#[derive(Clone, Copy, Debug)]
+struct SketchBucket {
+    before: u32,
+    count: u32,
+    first: u64,
+    second: u64,
 }
 
 impl SketchIndex {
@@ -277,24 +354,47 @@ impl SketchIndex {
     pub(crate) fn new<K: 'static>(bounds: &[K]) -> Option<Self> {
         let prefixes: Vec<u64> = bounds.iter().map(order_prefix).collect::<Option<_>>()?;
         let (&low, &high) = (prefixes.first()?, prefixes.last()?);
+        u32::try_from(bounds.len()).ok()?;
         let span = high - low;
-        let want_bits = (bounds.len() * BUCKETS_PER_BOUND)
+        let start_bits = (bounds.len() * BUCKETS_PER_BOUND)
             .next_power_of_two()
             .trailing_zeros()
-            .min(16);
-        let shift = (64 - span.leading_zeros()).saturating_sub(want_bits);
-        let mut buckets = vec![(0u32, 0u32); usize::try_from(span >> shift).ok()? + 1];
-        for p in &prefixes {
-            buckets[((p - low) >> shift) as usize].1 += 1;
+            .min(MAX_BUCKET_BITS);
+        let end_bits = (start_bits + MORE_BUCKET_BITS).min(MAX_BUCKET_BITS);
+        // The first bucket width whose buckets hold at most `FAST_BOUNDS` bounds each, or the
+        // narrowest tried.
+        let mut best = None;
+        for bits in start_bits..=end_bits {
+            let shift = (64 - span.leading_zeros()).saturating_sub(bits);
+            let mut counts = vec![0u32; usize::try_from(span >> shift).ok()? + 1];
+            for p in &prefixes {
+                counts[((p - low) >> shift) as usize] += 1;
+            }
+            let most = counts.iter().max().copied().unwrap_or(0);
+            best = Some((shift, counts, most));
+            if most <= FAST_BOUNDS {
+                break;
+            }
         }
-        if buckets.iter().any(|b| b.1 > MAX_BOUNDS_PER_BUCKET) {
+        let (shift, counts, most) = best?;
+        if most > MAX_BOUNDS_PER_BUCKET {
             return None;
         }
+        let prefix = |i: u32| prefixes.get(i as usize).copied().unwrap_or(u64::MAX);
         let mut before = 0;
-        for b in &mut buckets {
-            b.0 = before;
-            before += b.1;
-        }
+        let buckets = counts
+            .into_iter()
+            .map(|count| {
+                let bucket = SketchBucket {
+                    before,
+                    count,
+                    first: prefix(before),
+                    second: prefix(before + 1),
+                };
+                before += count;
+                bucket
+            })
+            .collect();
         Some(SketchIndex {
             low,
             span,
@@ -303,19 +403,56 @@ impl SketchIndex {
         })
     }
 
+    /// [`SketchView::range`], for tests.
+    #[cfg(test)]
+    pub(crate) fn range<K: Ord>(&self, bounds: &[K], key: &K, prefix: u64) -> usize {
+        self.view().range(bounds, key, prefix)
+    }
+
+    /// The index as plain values and a slice, for a loop to keep in registers.
+    pub(crate) fn view(&self) -> SketchView<'_> {
+        SketchView {
+            low: self.low,
+            span: self.span,
+            shift: self.shift,
+            buckets: &self.buckets,
+        }
+    }
+}
+
+/// A [`SketchIndex`] borrowed for a loop.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SketchView<'a> {
+    low: u64,
+    span: u64,
+    shift: u32,
+    buckets: &'a [SketchBucket],
+}
+
+impl SketchView<'_> {
     /// The range of `key` (whose prefix is `prefix`) among `bounds`: how many bounds are below
     /// it, as `bounds.partition_point(|b| b < key)` counts them.
+    ///
+    /// It is the count of bounds in earlier buckets plus those of the key's bucket that are
+    /// below it. The bounds from the bucket's first on are those of the bucket, then bounds of
+    /// later buckets, whose prefixes are above the key's. A bound whose prefix is below (above)
+    /// the key's is below (above) the key, so when the bucket holds at most two bounds, two
+    /// comparisons of prefixes decide; only an equal prefix, or a crowded bucket, needs keys
+    /// compared.
     #[inline(always)]
     pub(crate) fn range<K: Ord>(&self, bounds: &[K], key: &K, prefix: u64) -> usize {
         let g = (prefix.saturating_sub(self.low).min(self.span) >> self.shift) as usize;
-        let (before, n) = self.buckets[g];
-        let start = before as usize;
-        let end = (start + n as usize).min(bounds.len());
-        start
-            + bounds[start..end]
-                .iter()
-                .map(|b| usize::from(b < key))
-                .sum::<usize>()
+        let b = self.buckets[g];
+        let start = b.before as usize;
+        if b.count > FAST_BOUNDS || b.first == prefix || b.second == prefix {
+            let end = (start + b.count as usize).min(bounds.len());
+            return start
+                + bounds[start..end]
+                    .iter()
+                    .map(|b| usize::from(b < key))
+                    .sum::<usize>();
+        }
+        start + usize::from(b.first < prefix) + usize::from(b.second < prefix)
     }
 }
 
@@ -327,64 +464,93 @@ mod tests {
     #[test]
     fn the_key_index_finds_every_key_and_nothing_else() {
         for n in [0usize, 1, 5, 264, 1000] {
-            let entries: Vec<(u64, Target)> = (0..n as u64)
-                .map(|k| {
-                    let t = if k % 3 == 0 {
-                        Target::Split(k as usize)
-                    } else {
-                        Target::One(k as usize % 32)
-                    };
-                    (k * 7919, t)
-                })
-                .collect();
+            let entries: Vec<(u64, Route)> = (0..n as u64).map(|k| (k * 7919, k * 3)).collect();
             let index = KeyIndex::new(entries.clone());
-            for (k, t) in &entries {
-                assert_eq!(index.get(k), Some(*t), "n {n}, key {k}");
+            let mut slots = std::collections::HashSet::new();
+            for (k, r) in &entries {
+                let (slot, route) = index.find(k).unwrap();
+                assert_eq!(route, *r, "n {n}, key {k}");
+                assert!(slot < index.slots() && slots.insert(slot), "n {n}, key {k}");
             }
             for k in 0..3000u64 {
                 if k % 7919 != 0 || k / 7919 >= n as u64 {
-                    assert_eq!(index.get(&k), None, "n {n}, absent key {k}");
+                    assert_eq!(index.find(&k), None, "n {n}, absent key {k}");
                 }
             }
         }
-        let strings = KeyIndex::new(vec![("a".to_string(), Target::One(1))]);
-        assert_eq!(strings.get(&"a".to_string()), Some(Target::One(1)));
-        assert_eq!(strings.get(&"b".to_string()), None);
+        let strings = KeyIndex::new(vec![("a".to_string(), 1)]);
+        assert_eq!(strings.find(&"a".to_string()).map(|f| f.1), Some(1));
+        assert_eq!(strings.find(&"b".to_string()), None);
+    }
+
+    /// Draws of sequence values: random ones, every bucket's edges, and around every value
+    /// at which `shares` moves to its next share.
+    fn draws(rng: &mut Rng, shares: &Shares) -> Vec<u64> {
+        let random = (0..20_000).map(|_| rng.next_u64());
+        let edges = (0..1u64 << SHARE_BUCKET_BITS).flat_map(|g| {
+            let first = g << BUCKET_SHIFT;
+            [
+                first,
+                first.wrapping_sub(1),
+                first | ((1 << BUCKET_SHIFT) - 1),
+            ]
+        });
+        let total = u128::from(shares.total);
+        let moves = shares.cumulative.iter().flat_map(|&c| {
+            let t = ((u128::from(c) << 64).div_ceil(total)).min(u128::from(u64::MAX)) as u64;
+            [t.wrapping_sub(1), t, t.wrapping_add(1)]
+        });
+        random.chain(edges).chain(moves).collect()
     }
 
     #[test]
-    fn a_share_read_from_its_bucket_is_the_share_searched() {
+    fn a_choice_read_from_its_bucket_is_the_share_searched() {
         let mut rng = Rng::new(11);
         for weights in [
             vec![1u64, 1],
             vec![100, 100, 100, 50],
             vec![1, 0, 5, 0, 0, 9],
             vec![3; 40],
+            vec![1, 1_000_000, 1, 1],
             vec![u64::from(u32::MAX), 1, 7],
+            vec![u64::MAX / 4, u64::MAX / 4, 5],
         ] {
-            let shares = Shares::new((0..weights.len()).collect(), &weights);
-            let random: Vec<u64> = (0..20_000).map(|_| rng.next_u64()).collect();
-            // Bucket edges exactly.
-            let edges = (0..64u64).flat_map(|g| {
-                [
-                    g << 58,
-                    (g << 58).wrapping_sub(1),
-                    (g << 58) | ((1 << 58) - 1),
-                ]
-            });
-            let draws: Vec<u64> = random.into_iter().chain(edges).collect();
-            for &s in &draws {
-                assert_eq!(shares.pick(s), shares.pick_by_search(s), "{weights:?}");
-            }
-            // The same through the flattened table, behind another split key.
-            let mut splits = Splits::default();
-            splits.push(Shares::new(vec![7, 8], &[1, 1]));
-            let i = splits.push(Shares::new((0..weights.len()).collect(), &weights));
-            assert_eq!(splits.len(), 2);
-            for &s in &draws {
-                assert_eq!(splits.pick(i, s), shares.pick_by_search(s), "{weights:?}");
+            let subtasks = || (0..weights.len()).map(|i| i * 3).collect::<Vec<_>>();
+            let searched = Shares::new(subtasks(), &weights);
+            // Behind a single key and another split key, as in a table.
+            let mut choices = Choices::default();
+            let single = choices.single(5);
+            choices.split(Shares::new(vec![7, 8], &[1, 1]));
+            let route = choices.split(Shares::new(subtasks(), &weights));
+            for s in draws(&mut rng, &searched) {
+                assert_eq!(choices.pick(route, s), searched.pick(s), "{weights:?}, {s}");
+                assert_eq!(choices.pick(single, s), 5);
             }
         }
+        // A split into 9 shares searches in at most 8 of its 512 buckets.
+        let mut choices = Choices::default();
+        choices.split(Shares::new((0..9).collect(), &[9; 9]));
+        let searched = choices.buckets.iter().filter(|&&b| b == MIXED).count();
+        assert!(searched <= 8, "{searched}");
+    }
+
+    #[test]
+    fn keys_on_one_subtask_share_its_bucket() {
+        let mut choices = Choices::default();
+        let (a, b, c) = (choices.single(3), choices.single(4), choices.single(3));
+        assert_eq!(a, c);
+        assert_ne!(a, b);
+        assert_eq!(choices.buckets.len(), 2);
+        for s in [0, 1 << 63, u64::MAX] {
+            assert_eq!((choices.pick(a, s), choices.pick(b, s)), (3, 4));
+        }
+        // A subtask that does not fit a bucket is searched for instead, also in a split.
+        let huge = usize::from(u16::MAX) + 10;
+        let route = choices.single(huge);
+        assert_eq!(choices.pick(route, 12345), huge);
+        let split = choices.split(Shares::new(vec![4, huge], &[1, 1]));
+        assert_eq!(choices.pick(split, 0), 4);
+        assert_eq!(choices.pick(split, u64::MAX), huge);
     }
 
     #[test]
@@ -444,6 +610,32 @@ mod tests {
         let words = ["apple", "kiwi", "mango", "zebra"].map(String::from);
         let probes = ["", "a", "apple", "apples", "b", "mango", "zz"].map(String::from);
         assert!(check(&words, &probes));
+        // Three bounds close together among far ones: narrower buckets, until two at most a
+        // bucket.
+        let close: Vec<u64> = vec![
+            0,
+            40_000,
+            1 << 17,
+            (1 << 17) + (1 << 12),
+            (1 << 17) + (1 << 13),
+            (1 << 20) - 1,
+        ];
+        let mut probes: Vec<u64> = (0..(1 << 20) + 5).step_by(7).collect();
+        probes.extend(close.iter().flat_map(|b| [b.saturating_sub(1), *b, b + 1]));
+        assert!(check(&close, &probes));
+        let index = SketchIndex::new(&close).unwrap();
+        assert!(
+            index.buckets.iter().all(|b| b.count <= FAST_BOUNDS),
+            "{index:?}"
+        );
+        // Wide keys whose bounds share their prefix with the probes: whole keys compared.
+        let base = 7u128 << 64;
+        let shared: Vec<u128> = vec![base + 10, base + 20, (8u128 << 64) + 5];
+        let probes: Vec<u128> = (0..30)
+            .map(|i| base + i)
+            .chain([8u128 << 64, (8 << 64) + 5, (8 << 64) + 6, u128::MAX])
+            .collect();
+        assert!(check(&shared, &probes));
         // Strings sharing their first 8 bytes crowd one bucket: no index.
         let crowded: Vec<String> = (0..10).map(|i| format!("customer-{i:04}")).collect();
         assert!(SketchIndex::new(&crowded).is_none());

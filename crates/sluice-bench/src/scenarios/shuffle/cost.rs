@@ -37,6 +37,10 @@ pub struct Args {
     /// Keys per subtask map in the aggregation case (default 100,000).
     #[arg(long)]
     keys: Option<u64>,
+    /// Runs only the cases whose name contains this (`map`, `sketch`, `job`, `aggregate`), for
+    /// example to profile one of them.
+    #[arg(long)]
+    case: Option<String>,
 }
 
 /// Runs the scenario and prints its report.
@@ -47,6 +51,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .unwrap_or(if quick { 2_000_000 } else { 10_000_000 });
     let keys = args.keys.unwrap_or(100_000);
     let reps = args.common.reps_or(3, 7);
+    let wanted = |case: &str| args.case.as_deref().is_none_or(|c| case.contains(c));
     let mut report = Report::new(args.common.json);
     report.progress(&format!(
         "{SCENARIO} on {}: {records} records per partitioner run, {N} subtasks × {keys}-key \
@@ -63,14 +68,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         downstream_parallelism: N,
         data: CompletedData::Map(weights.iter().map(|(k, w)| (*k, *w)).collect()),
     };
-    partitioner_case(
-        &mut report,
-        "map-long-tail",
-        &map_keys,
-        &map_stats,
-        records,
-        reps,
-    )?;
+    if wanted("map-long-tail") {
+        partitioner_case(
+            &mut report,
+            "map-long-tail",
+            &map_keys,
+            &map_stats,
+            records,
+            reps,
+        )?;
+    }
     let ids: Vec<u128> = (0..1_000_000).map(|_| rng.random()).collect();
     let mut samples: Vec<u128> = (0..100_000).map(|_| rng.random()).collect();
     samples.sort_unstable();
@@ -79,16 +86,22 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         downstream_parallelism: N,
         data: CompletedData::Sketch(samples),
     };
-    partitioner_case(
-        &mut report,
-        "sketch-ids",
-        &ids,
-        &sketch_stats,
-        records,
-        reps,
-    )?;
-    job_case(&mut report, Arc::new(map_keys), records, reps)?;
-    aggregation_case(&mut report, keys, reps)?;
+    if wanted("sketch-ids") {
+        partitioner_case(
+            &mut report,
+            "sketch-ids",
+            &ids,
+            &sketch_stats,
+            records,
+            reps,
+        )?;
+    }
+    if wanted("job-long-tail") {
+        job_case(&mut report, Arc::new(map_keys), records, reps)?;
+    }
+    if wanted("aggregate") {
+        aggregation_case(&mut report, keys, reps)?;
+    }
     report.finish()
 }
 
