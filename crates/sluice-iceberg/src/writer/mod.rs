@@ -448,3 +448,54 @@ impl<T: Data + Serialize> Operator<T> for IcebergWriterOp<T> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{IcebergCatalog, IcebergSink};
+    use arrow_schema::{DataType, Field, Schema};
+    use sluice_runtime::testing::OperatorTestHarness;
+
+    #[derive(Clone, Debug, Serialize)]
+    struct Row {
+        id: i64,
+    }
+
+    fn rows(from: i64, n: i64) -> Vec<Row> {
+        (from..from + n).map(|id| Row { id }).collect()
+    }
+
+    /// Writes run behind the task: a batch is handed to the I/O runtime and the next ones queue
+    /// behind it, the input blocks once the queue holds `MAX_QUEUED_ROWS`, and the barrier waits
+    /// for every queued row before it hands the files on.
+    #[tokio::test]
+    async fn writes_queue_behind_the_one_in_flight_and_block_the_input_when_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = IcebergCatalog::sqlite("test", dir.path()).unwrap();
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let (config, table, error) = IcebergSink::builder(catalog, "db.w")
+            .create_if_missing(schema)
+            .config();
+        assert!(table.is_some() && error.is_none(), "{error:?}");
+        let mut h = OperatorTestHarness::new(IcebergWriterOp::<Row>::new(config));
+        h.open().unwrap();
+        let third = (MAX_QUEUED_ROWS / 2 + 1) as i64;
+
+        h.process_batch(rows(0, third)).unwrap();
+        assert!(h.has_pending(), "the first batch is being written");
+        assert!(!h.is_input_blocked());
+        h.process_batch(rows(third, third)).unwrap();
+        assert!(!h.is_input_blocked(), "one batch queued is below the bound");
+        h.process_batch(rows(2 * third, third)).unwrap();
+        assert!(h.is_input_blocked(), "two queued batches reach the bound");
+
+        h.wait_pending().await.unwrap();
+        assert!(!h.has_pending() && !h.is_input_blocked());
+        h.process_batch(rows(3 * third, 10)).unwrap();
+        h.snapshot(1).unwrap();
+        let results = h.records();
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0].records, 3 * third as u64 + 10);
+        assert!(!h.has_pending());
+    }
+}
