@@ -2,7 +2,7 @@
 //! runtime: the SQL catalog over SQLite (the embedded default: one file and a warehouse
 //! directory, nothing to install), any SQL database `sqlx` reaches, the REST catalog (for
 //! production), or any other [`iceberg::Catalog`]. Tables live on the local file system or, with
-//! the `s3` feature (on by default), in an S3 or S3-compatible bucket ([`S3Storage`], `s3.rs`),
+//! the `s3` feature (on by default), in an S3 or S3-compatible bucket (`S3Storage`, `s3.rs`),
 //! through iceberg-rust's file IO. [`retry`] holds the backoff of catalog calls.
 
 pub mod retry;
@@ -174,7 +174,7 @@ impl IcebergCatalog {
 
     /// The REST catalog at `uri` (production). `props` are the REST catalog's properties
     /// (`warehouse`, `credential`, `token`, ...) and, for tables in S3, the file IO's `s3.*`
-    /// properties ([`S3Storage::props`]) unless the server hands them out. Table files are read
+    /// properties (`S3Storage::props`) unless the server hands them out. Table files are read
     /// and written on the local file system (`file://` locations) or, with the `s3` feature, in
     /// S3 (`s3://` locations), whichever the table's location says.
     pub fn rest(
