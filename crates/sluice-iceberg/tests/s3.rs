@@ -1,6 +1,7 @@
 //! A table in an S3-compatible object store: a job writes to a table whose warehouse is an
 //! `s3://` location (SQLite catalog, files through iceberg-rust's S3 file IO), and iceberg-rust's
-//! scan reads every record back from the bucket.
+//! scan reads every record back from the bucket; so does PyIceberg when `SLUICE_PYICEBERG_PYTHON`
+//! is set.
 //!
 //! Needs an S3-compatible server at `SLUICE_S3_ENDPOINT` (`.ci/s3` starts moto's on 127.0.0.1 and
 //! sets it). Without the variable the test is skipped with a notice, except under CI (`CI` set),
@@ -90,6 +91,28 @@ fn a_job_writes_a_table_in_s3_and_a_scan_reads_it_back() {
     assert!(files.len() >= 4, "{} files", files.len());
     for (_, _, _, path) in &files {
         assert!(path.starts_with(&format!("{warehouse}/")), "{path}");
+    }
+
+    // An independent client reads the same objects, when PyIceberg is at hand (.ci/pyiceberg).
+    if let Ok(python) = std::env::var("SLUICE_PYICEBERG_PYTHON") {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/read_with_pyiceberg.py");
+        let out = std::process::Command::new(&python)
+            .arg(script)
+            .arg(std::path::absolute(catalog_dir.path()).unwrap())
+            .arg("test")
+            .arg("db.events")
+            .arg(&warehouse)
+            .arg(&endpoint)
+            .output()
+            .unwrap_or_else(|e| panic!("running {python}: {e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "PyIceberg failed: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let expected = format!("{} {}", n, pyiceberg_checksum(expected));
+        assert_eq!(stdout.trim(), expected);
     }
 }
 
