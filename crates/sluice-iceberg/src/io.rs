@@ -1,6 +1,8 @@
 //! Where iceberg-rust's async calls run: one process-wide tokio runtime for the sink's I/O
-//! (catalog calls, data file writes, commits), and [`run`], which waits for one of them from
-//! the synchronous operator methods.
+//! (catalog calls, data file writes, commits); [`spawn`] starts one (the writer polls the data
+//! file writes from its `poll_pending`, so records are encoded while the last batch is written),
+//! and [`run`] / [`wait`] wait for one from the synchronous operator methods (open, barrier,
+//! commit).
 //!
 //! Operator methods are synchronous and run on the task loop, but the barrier and the commit must
 //! finish before the method returns (the file list goes out ahead of the barrier; a commit must
@@ -28,6 +30,37 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
         .map_err(Clone::clone)
 }
 
+/// Starts `future` on the I/O runtime; poll the handle (from any executor) or [`wait`] for it.
+pub(crate) fn spawn<F>(future: F) -> Result<tokio::task::JoinHandle<F::Output>, String>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    Ok(runtime()?.spawn(future))
+}
+
+/// Waits for a future started with [`spawn`].
+///
+/// Errors only when the future panicked or was cancelled; its own result is in the `Ok`.
+pub(crate) fn wait<T: Send + 'static>(handle: tokio::task::JoinHandle<T>) -> Result<T, String> {
+    wait_join(handle).map_err(|e| format!("Iceberg I/O task failed: {e}"))
+}
+
+/// Waits for a future started with [`spawn`], keeping the join error for the caller.
+pub(crate) fn wait_join<T: Send + 'static>(
+    handle: tokio::task::JoinHandle<T>,
+) -> Result<T, tokio::task::JoinError> {
+    let wait = move || futures::executor::block_on(handle);
+    // On a current-thread runtime (or none) nothing else can be moved off this thread; the
+    // future runs on the I/O runtime, so waiting here cannot deadlock.
+    match tokio::runtime::Handle::try_current() {
+        Ok(current) if current.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(wait)
+        }
+        _ => wait(),
+    }
+}
+
 /// Runs `future` on the I/O runtime and waits for its output.
 ///
 /// Errors only when the I/O runtime cannot start or the future panicked; the future's own
@@ -37,16 +70,5 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let handle = runtime()?.spawn(future);
-    let wait = move || {
-        futures::executor::block_on(handle).map_err(|e| format!("Iceberg I/O task failed: {e}"))
-    };
-    match tokio::runtime::Handle::try_current() {
-        Ok(current) if current.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(wait)
-        }
-        // A current-thread runtime (or none): nothing else can be moved off this thread; the
-        // future runs on the I/O runtime, so waiting here cannot deadlock.
-        _ => wait(),
-    }
+    wait(spawn(future)?)
 }

@@ -11,8 +11,10 @@
 //! - [`IcebergSink`] / [`IcebergSinkBuilder`] (`sink.rs`): the table, its spec, file size,
 //!   [`DistributionMode`], and the job-graph layout;
 //! - [`IcebergCatalog`] (`catalog/`): SQLite (embedded default), other SQL, REST catalogs;
+//!   `S3Storage` (`catalog/s3.rs`, feature `s3`): a warehouse in an S3-compatible bucket;
 //!   [`RetryPolicy`] (`catalog/retry.rs`): backoff of catalog calls;
 //! - [`schema`]: Arrow → Iceberg schema, the compatibility check, records → Arrow batches;
+//!   `schema::serde_type` (feature `serde-schema`): a schema derived from a serde type;
 //!   [`schema::key`]: partition fields and the distribution key;
 //! - [`writer`]: the writer operator and the [`WriteResult`] it hands on at a barrier;
 //! - [`committer`]: the committer operator; [`committer::decide`]: its pure decisions (what the
@@ -33,6 +35,8 @@ mod sink;
 pub mod writer;
 
 pub use catalog::IcebergCatalog;
+#[cfg(feature = "s3")]
+pub use catalog::S3Storage;
 pub use catalog::retry::RetryPolicy;
 pub use error::IcebergSinkError;
 pub use schema::key::PartitionField;

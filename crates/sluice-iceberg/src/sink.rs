@@ -141,6 +141,7 @@ impl IcebergSink {
             catalog,
             table: table.to_string(),
             create: None,
+            create_error: None,
             partition: Vec::new(),
             sort: Vec::new(),
             target_file_size: 512 * 1024 * 1024,
@@ -160,6 +161,8 @@ pub struct IcebergSinkBuilder {
     catalog: IcebergCatalog,
     table: String,
     create: Option<arrow_schema::SchemaRef>,
+    /// Why the record type's schema could not be derived (fails the submission).
+    create_error: Option<String>,
     partition: Vec<PartitionField>,
     sort: Vec<String>,
     target_file_size: usize,
@@ -192,6 +195,48 @@ impl IcebergSinkBuilder {
     /// the table exists, the schema must fit it (checked before submit).
     pub fn create_if_missing(mut self, schema: arrow_schema::SchemaRef) -> Self {
         self.create = Some(schema);
+        self.create_error = None;
+        self
+    }
+
+    /// Creates the table if it does not exist, as [`create_if_missing`](Self::create_if_missing),
+    /// with the schema derived from the record type `T` (traced through its `Deserialize` impl:
+    /// see [`schema::serde_type`](crate::schema::serde_type) for the type mapping). A type
+    /// with a field that has no Iceberg type (`u64`, an enum with data, ...) fails the
+    /// submission, naming the field. Feature `serde-schema` (on by default).
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_iceberg::{IcebergCatalog, IcebergSink};
+    ///
+    /// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+    /// struct Reading { sensor: String, celsius: f64, note: Option<String> }
+    ///
+    /// let warehouse = tempfile::tempdir().unwrap();
+    /// let catalog = IcebergCatalog::sqlite("local", warehouse.path()).unwrap();
+    /// let env = StreamEnvironment::new();
+    /// let readings = env.from_iter((0..10).map(|i| Reading {
+    ///     sensor: format!("s{}", i % 3),
+    ///     celsius: 20.0 + i as f64,
+    ///     note: None,
+    /// }));
+    /// IcebergSink::builder(catalog, "db.readings")
+    ///     .create_if_missing_for::<Reading>()
+    ///     .sink(&readings);
+    /// env.execute_blocking("readings").unwrap();
+    /// ```
+    #[cfg(feature = "serde-schema")]
+    pub fn create_if_missing_for<T: for<'de> serde::Deserialize<'de>>(mut self) -> Self {
+        match crate::schema::arrow_schema_for::<T>() {
+            Ok(schema) => {
+                self.create = Some(schema);
+                self.create_error = None;
+            }
+            Err(reason) => {
+                self.create = None;
+                self.create_error = Some(reason);
+            }
+        }
         self
     }
 
@@ -273,6 +318,12 @@ impl IcebergSinkBuilder {
 
     /// Loads the table, creating it if asked and missing; checks the records' schema against it.
     pub(crate) fn prepare(&self, ident: &TableIdent) -> Result<Table, IcebergSinkError> {
+        if let Some(reason) = &self.create_error {
+            return Err(IcebergSinkError::IncompatibleSchema {
+                table: self.table.clone(),
+                reason: reason.clone(),
+            });
+        }
         let catalog = self.catalog.catalog().clone();
         let catalog_err = |action: &str, message: String| IcebergSinkError::Catalog {
             catalog: self.catalog.name().to_string(),

@@ -77,3 +77,28 @@ fn files_roll_at_the_target_size() {
     assert_eq!(files.iter().map(|f| f.1).sum::<u64>(), 50_000);
     assert_eq!(read_rows(&catalog, "db.rolled").len(), 50_000);
 }
+
+#[test]
+fn a_job_on_a_current_thread_runtime_writes_the_table() {
+    // The writers' data-file writes run on the sink's own I/O runtime and are polled from the
+    // task, so a single-threaded runtime runs the whole job (barriers and commits wait for the
+    // I/O runtime, which needs none of this thread).
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoints = tempfile::tempdir().unwrap();
+    let catalog = catalog(dir.path());
+    let env = StreamEnvironment::new();
+    env.set_parallelism(2)
+        .enable_checkpointing(Duration::from_millis(20));
+    env.set_checkpoint_storage(checkpoints.path());
+    let stream = env.from_iter((0..20_000u64).map(|i| event(i, 5)));
+    IcebergSink::builder(catalog.clone(), "db.single")
+        .create_if_missing(schema())
+        .partition_by(PartitionField::identity("key"))
+        .sink(&stream);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(env.execute("current thread")).unwrap();
+    assert_eq!(read_rows(&catalog, "db.single").len(), 20_000);
+}

@@ -5,6 +5,11 @@
 //! hash and range distributions.
 
 pub mod key;
+#[cfg(feature = "serde-schema")]
+pub mod serde_type;
+
+#[cfg(feature = "serde-schema")]
+pub use serde_type::arrow_schema_for;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef as ArrowSchemaRef;

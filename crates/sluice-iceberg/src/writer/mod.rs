@@ -1,9 +1,13 @@
 //! [`IcebergWriterOp`], the writer subtasks: each encodes its records into Arrow batches of the
 //! table's schema, splits them by partition, and writes Parquet data files rolled by size
-//! (iceberg-rust's fan-out, rolling and data-file writers). At each checkpoint barrier it closes
-//! its open files and emits their list as a [`WriteResult`] ahead of the barrier, for the
-//! committer; at end of input it does the same. It keeps no state of its own: files not yet
-//! handed on belong to no checkpoint, and after a failure their records are replayed.
+//! (iceberg-rust's fan-out, rolling and data-file writers). The writes run on the sink's I/O
+//! runtime while the task goes on encoding the next batches: `process_batch` starts a write (or
+//! queues the batch behind the one in flight), `poll_pending` takes the files back when it is
+//! done, and the input blocks while a full queue waits. At each checkpoint barrier it waits for
+//! the writes, closes its open files and emits their list as a [`WriteResult`] ahead of the
+//! barrier, for the committer; at end of input it does the same. It keeps no state of its own:
+//! files not yet handed on belong to no checkpoint, and after a failure their records are
+//! replayed.
 
 use crate::error::IcebergSinkError;
 use crate::io;
@@ -30,8 +34,17 @@ use serde::{Deserialize, Serialize};
 use sluice_core::{CheckpointId, Data, UserError};
 use sluice_runtime::operator::{Collector, Operator, OperatorContext};
 use sluice_runtime::state::OperatorState;
+use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// Rows encoded and waiting behind the write in flight before the input blocks.
+const MAX_QUEUED_ROWS: usize = 8 * 1024;
+
+/// Pieces of encoded batches, each with its partition key (`None` when unpartitioned).
+type Pieces = Vec<(Option<iceberg::spec::PartitionKey>, RecordBatch)>;
 
 /// One data file as the committer receives it: iceberg-rust's JSON form of the `DataFile` and the
 /// id of the partition spec it was written with.
@@ -66,10 +79,37 @@ enum OpenFiles {
 }
 
 impl OpenFiles {
-    async fn write(
-        &mut self,
-        pieces: Vec<(Option<iceberg::spec::PartitionKey>, RecordBatch)>,
-    ) -> iceberg::Result<()> {
+    /// New open files: a fan-out writer (one rolling file per partition) or a single rolling
+    /// data file writer.
+    async fn open(builder: RollingBuilder, partitioned: bool) -> iceberg::Result<OpenFiles> {
+        let data = DataFileWriterBuilder::new(builder);
+        Ok(if partitioned {
+            OpenFiles::Partitioned(Box::new(FanoutWriter::new(data)))
+        } else {
+            OpenFiles::Unpartitioned(Box::new(data.build(None).await?))
+        })
+    }
+
+    /// Writes `pieces` into `files`, opening them first if there are none; hands the files
+    /// back with the result.
+    async fn write_pieces(
+        files: Option<OpenFiles>,
+        builder: RollingBuilder,
+        partitioned: bool,
+        pieces: Pieces,
+    ) -> (Option<OpenFiles>, iceberg::Result<()>) {
+        let mut files = match files {
+            Some(files) => files,
+            None => match OpenFiles::open(builder, partitioned).await {
+                Ok(files) => files,
+                Err(e) => return (None, Err(e)),
+            },
+        };
+        let written = files.write(pieces).await;
+        (Some(files), written)
+    }
+
+    async fn write(&mut self, pieces: Pieces) -> iceberg::Result<()> {
         for (key, batch) in pieces {
             match (&mut *self, key) {
                 (OpenFiles::Unpartitioned(w), _) => w.write(batch).await?,
@@ -93,21 +133,81 @@ impl OpenFiles {
     }
 }
 
+type RollingBuilder = RollingFileWriterBuilder<
+    ParquetWriterBuilder,
+    DefaultLocationGenerator,
+    DefaultFileNameGenerator,
+>;
+
+/// The write in flight on the I/O runtime; it owns the open files until it is done.
+type Writing = tokio::task::JoinHandle<(Option<OpenFiles>, iceberg::Result<()>)>;
+
 /// What a subtask set up at `open`.
 struct Opened {
     subtask: usize,
     encoder: RecordEncoder,
     splitter: Option<RecordBatchPartitionSplitter>,
-    builder: RollingFileWriterBuilder<
-        ParquetWriterBuilder,
-        DefaultLocationGenerator,
-        DefaultFileNameGenerator,
-    >,
+    builder: RollingBuilder,
     partition_type: StructType,
     spec: PartitionSpecRef,
     format_version: FormatVersion,
+    /// The open files, when no write holds them.
     open: Option<OpenFiles>,
+    /// The write in flight (it holds the open files).
+    writing: Option<Writing>,
+    /// Encoded pieces waiting for the write in flight, and their rows.
+    queued: Pieces,
+    queued_rows: usize,
     records: u64,
+}
+
+impl Opened {
+    /// Starts writing the queued pieces on the I/O runtime (nothing when a write is in flight
+    /// or nothing is queued).
+    fn start_write(&mut self) -> Result<(), IcebergSinkError> {
+        if self.writing.is_some() || self.queued.is_empty() {
+            return Ok(());
+        }
+        let pieces = std::mem::take(&mut self.queued);
+        self.queued_rows = 0;
+        let write = OpenFiles::write_pieces(
+            self.open.take(),
+            self.builder.clone(),
+            self.splitter.is_some(),
+            pieces,
+        );
+        self.writing = Some(io::spawn(write).map_err(IcebergSinkError::Io)?);
+        Ok(())
+    }
+
+    /// The files back from a finished write, or its error.
+    fn finished(
+        &mut self,
+        done: Result<(Option<OpenFiles>, iceberg::Result<()>), tokio::task::JoinError>,
+        table: &str,
+    ) -> Result<(), IcebergSinkError> {
+        let (files, written) =
+            done.map_err(|e| IcebergSinkError::Io(format!("Iceberg I/O task failed: {e}")))?;
+        self.open = files;
+        written.map_err(|e| IcebergSinkError::Write {
+            table: table.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Waits until every encoded piece is written (blocking: for the barrier and end of input).
+    fn settle(&mut self, table: &str) -> Result<(), IcebergSinkError> {
+        loop {
+            if let Some(writing) = self.writing.take() {
+                let done = io::wait_join(writing);
+                self.finished(done, table)?;
+            }
+            if self.queued.is_empty() {
+                return Ok(());
+            }
+            self.start_write()?;
+        }
+    }
 }
 
 /// The writer operator (one per writer subtask). Emits one [`WriteResult`] per checkpoint that
@@ -196,6 +296,9 @@ impl<T> IcebergWriterOp<T> {
             spec,
             format_version: metadata.format_version(),
             open: None,
+            writing: None,
+            queued: Vec::new(),
+            queued_rows: 0,
             records: 0,
         })
     }
@@ -206,6 +309,7 @@ impl<T> IcebergWriterOp<T> {
         let Some(opened) = self.opened.as_mut() else {
             return Ok(None);
         };
+        opened.settle(&table)?;
         let Some(files) = opened.open.take() else {
             return Ok(None);
         };
@@ -265,7 +369,7 @@ impl<T: Data + Serialize> Operator<T> for IcebergWriterOp<T> {
         let Some(encoded) = encoded else {
             return Ok(());
         };
-        let rows = encoded.num_rows() as u64;
+        let rows = encoded.num_rows();
         let pieces = match &opened.splitter {
             None => vec![(None, encoded)],
             Some(splitter) => splitter
@@ -278,34 +382,45 @@ impl<T: Data + Serialize> Operator<T> for IcebergWriterOp<T> {
                 .map(|(k, b)| (Some(k), b))
                 .collect(),
         };
-        let files = match opened.open.take() {
-            Some(files) => files,
-            None if opened.splitter.is_some() => OpenFiles::Partitioned(Box::new(
-                FanoutWriter::new(DataFileWriterBuilder::new(opened.builder.clone())),
-            )),
-            None => {
-                let builder = DataFileWriterBuilder::new(opened.builder.clone());
-                let writer = io::run(async move { builder.build(None).await })
-                    .map_err(IcebergSinkError::Io)?;
-                OpenFiles::Unpartitioned(Box::new(writer.map_err(|e| IcebergSinkError::Write {
-                    table: table.clone(),
-                    message: e.to_string(),
-                })?))
-            }
-        };
-        let (files, written) = io::run(async move {
-            let mut files = files;
-            let written = files.write(pieces).await;
-            (files, written)
-        })
-        .map_err(IcebergSinkError::Io)?;
-        opened.open = Some(files);
-        written.map_err(|e| IcebergSinkError::Write {
-            table,
-            message: e.to_string(),
-        })?;
-        opened.records += rows;
+        opened.queued.extend(pieces);
+        opened.queued_rows += rows;
+        opened.records += rows as u64;
+        opened.start_write()?;
         Ok(())
+    }
+
+    fn poll_pending(
+        &mut self,
+        cx: &mut Context<'_>,
+        _out: &mut Collector<WriteResult>,
+    ) -> Poll<Result<(), UserError>> {
+        let Some(opened) = self.opened.as_mut() else {
+            return Poll::Pending;
+        };
+        let Some(writing) = opened.writing.as_mut() else {
+            return Poll::Pending;
+        };
+        let Poll::Ready(done) = Pin::new(writing).poll(cx) else {
+            return Poll::Pending;
+        };
+        opened.writing = None;
+        let table = self.config.table_name();
+        let result = opened
+            .finished(done, &table)
+            .and_then(|()| opened.start_write());
+        Poll::Ready(result.map_err(UserError::from))
+    }
+
+    fn has_pending(&self) -> bool {
+        self.opened
+            .as_ref()
+            .is_some_and(|o| o.writing.is_some() || !o.queued.is_empty())
+    }
+
+    fn is_input_blocked(&self) -> bool {
+        self.opened
+            .as_ref()
+            .is_some_and(|o| o.writing.is_some() && o.queued_rows >= MAX_QUEUED_ROWS)
     }
 
     fn snapshot_state(
@@ -328,7 +443,59 @@ impl<T: Data + Serialize> Operator<T> for IcebergWriterOp<T> {
 
     fn close(&mut self) -> Result<(), UserError> {
         // Files still open belong to no checkpoint: they stay unreferenced (see the crate docs).
+        // A write still in flight finishes on the I/O runtime and drops its files.
         self.opened = None;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{IcebergCatalog, IcebergSink};
+    use arrow_schema::{DataType, Field, Schema};
+    use sluice_runtime::testing::OperatorTestHarness;
+
+    #[derive(Clone, Debug, Serialize)]
+    struct Row {
+        id: i64,
+    }
+
+    fn rows(from: i64, n: i64) -> Vec<Row> {
+        (from..from + n).map(|id| Row { id }).collect()
+    }
+
+    /// Writes run behind the task: a batch is handed to the I/O runtime and the next ones queue
+    /// behind it, the input blocks once the queue holds `MAX_QUEUED_ROWS`, and the barrier waits
+    /// for every queued row before it hands the files on.
+    #[tokio::test]
+    async fn writes_queue_behind_the_one_in_flight_and_block_the_input_when_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = IcebergCatalog::sqlite("test", dir.path()).unwrap();
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let (config, table, error) = IcebergSink::builder(catalog, "db.w")
+            .create_if_missing(schema)
+            .config();
+        assert!(table.is_some() && error.is_none(), "{error:?}");
+        let mut h = OperatorTestHarness::new(IcebergWriterOp::<Row>::new(config));
+        h.open().unwrap();
+        let third = (MAX_QUEUED_ROWS / 2 + 1) as i64;
+
+        h.process_batch(rows(0, third)).unwrap();
+        assert!(h.has_pending(), "the first batch is being written");
+        assert!(!h.is_input_blocked());
+        h.process_batch(rows(third, third)).unwrap();
+        assert!(!h.is_input_blocked(), "one batch queued is below the bound");
+        h.process_batch(rows(2 * third, third)).unwrap();
+        assert!(h.is_input_blocked(), "two queued batches reach the bound");
+
+        h.wait_pending().await.unwrap();
+        assert!(!h.has_pending() && !h.is_input_blocked());
+        h.process_batch(rows(3 * third, 10)).unwrap();
+        h.snapshot(1).unwrap();
+        let results = h.records();
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0].records, 3 * third as u64 + 10);
+        assert!(!h.has_pending());
     }
 }

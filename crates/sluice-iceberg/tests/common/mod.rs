@@ -203,3 +203,12 @@ pub fn files_per_snapshot(catalog: &IcebergCatalog, table: &str) -> Vec<(u64, Ve
         out
     })
 }
+
+/// The checksum `read_with_pyiceberg.py` prints for rows of (id, key).
+pub fn pyiceberg_checksum(rows: impl IntoIterator<Item = (i64, String)>) -> u64 {
+    const P: u64 = (1 << 61) - 1;
+    rows.into_iter().fold(0, |acc, (id, key)| {
+        let bytes: u64 = key.bytes().map(u64::from).sum();
+        (acc + (id as u64 * 31 + bytes) % P) % P
+    })
+}

@@ -1,0 +1,130 @@
+//! A table in an S3-compatible object store: a job writes to a table whose warehouse is an
+//! `s3://` location (SQLite catalog, files through iceberg-rust's S3 file IO), and iceberg-rust's
+//! scan reads every record back from the bucket; so does PyIceberg when `SLUICE_PYICEBERG_PYTHON`
+//! is set.
+//!
+//! Needs an S3-compatible server at `SLUICE_S3_ENDPOINT` (`.ci/s3` starts moto's on 127.0.0.1 and
+//! sets it). Without the variable the test is skipped with a notice, except under CI (`CI` set),
+//! where it fails.
+
+#![cfg(feature = "s3")]
+
+mod common;
+
+use common::*;
+use sluice_iceberg::{IcebergCatalog, IcebergSink, PartitionField, S3Storage};
+use sluice_runtime::prelude::*;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+/// The server's endpoint, or `None` (skip) when it is not set outside CI.
+fn endpoint() -> Option<String> {
+    match std::env::var("SLUICE_S3_ENDPOINT") {
+        Ok(url) => Some(url),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("SLUICE_S3_ENDPOINT is not set under CI (.ci/s3 sets it)")
+        }
+        Err(_) => {
+            eprintln!("skipped: set SLUICE_S3_ENDPOINT (source .ci/s3) to run the S3 test");
+            None
+        }
+    }
+}
+
+/// Creates `bucket` with a plain path-style `PUT` (the test server takes unsigned requests);
+/// iceberg-rust's file IO reads and writes objects but does not create buckets.
+fn create_bucket(endpoint: &str, bucket: &str) {
+    let host = endpoint
+        .strip_prefix("http://")
+        .expect("SLUICE_S3_ENDPOINT is an http:// URL")
+        .trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    write!(
+        stream,
+        "PUT /{bucket} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
+        "creating bucket {bucket}: {answer}"
+    );
+}
+
+#[test]
+fn a_job_writes_a_table_in_s3_and_a_scan_reads_it_back() {
+    let Some(endpoint) = endpoint() else {
+        return;
+    };
+    let bucket = format!("sluice-{}", uuid::Uuid::new_v4().simple());
+    create_bucket(&endpoint, &bucket);
+    let s3 = S3Storage::new("us-east-1")
+        .endpoint(&endpoint)
+        .credentials("testing", "testing")
+        .path_style_access(true);
+    let catalog_dir = tempfile::tempdir().unwrap();
+    let checkpoints = tempfile::tempdir().unwrap();
+    let warehouse = format!("s3://{bucket}/warehouse");
+    let catalog = IcebergCatalog::sqlite_s3("test", catalog_dir.path(), &warehouse, &s3).unwrap();
+
+    let n = 3_000u64;
+    let env = StreamEnvironment::new();
+    env.set_parallelism(2)
+        .enable_checkpointing(Duration::from_millis(50));
+    env.set_checkpoint_storage(checkpoints.path());
+    let stream = env.from_iter((0..n).map(|i| event(i, 4)));
+    IcebergSink::builder(catalog.clone(), "db.events")
+        .create_if_missing(schema())
+        .partition_by(PartitionField::identity("key"))
+        .target_file_size(16 * 1024)
+        .sink(&stream);
+    env.execute_blocking("to s3").unwrap();
+
+    let mut rows = read_rows(&catalog, "db.events");
+    rows.sort();
+    let expected: Vec<(i64, String)> = (0..n)
+        .map(|i| (i as i64, format!("k{:03}", i % 4)))
+        .collect();
+    assert_eq!(rows, expected);
+    let files = data_files(&catalog, "db.events");
+    assert!(files.len() >= 4, "{} files", files.len());
+    for (_, _, _, path) in &files {
+        assert!(path.starts_with(&format!("{warehouse}/")), "{path}");
+    }
+
+    // An independent client reads the same objects, when PyIceberg is at hand (.ci/pyiceberg).
+    if let Ok(python) = std::env::var("SLUICE_PYICEBERG_PYTHON") {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/read_with_pyiceberg.py");
+        let out = std::process::Command::new(&python)
+            .arg(script)
+            .arg(std::path::absolute(catalog_dir.path()).unwrap())
+            .arg("test")
+            .arg("db.events")
+            .arg(&warehouse)
+            .arg(&endpoint)
+            .output()
+            .unwrap_or_else(|e| panic!("running {python}: {e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "PyIceberg failed: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let expected = format!("{} {}", n, pyiceberg_checksum(expected));
+        assert_eq!(stdout.trim(), expected);
+    }
+}
+
+#[test]
+fn a_warehouse_that_is_not_in_s3_is_refused_naming_it() {
+    let s3 = S3Storage::new("us-east-1");
+    let dir = tempfile::tempdir().unwrap();
+    let err = IcebergCatalog::sqlite_s3("test", dir.path(), "/tmp/warehouse", &s3)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("/tmp/warehouse") && err.contains("s3://"),
+        "{err}"
+    );
+}
