@@ -13,24 +13,14 @@ use sluice_runtime::prelude::*;
 use std::process::Command;
 use std::time::Duration;
 
-fn python() -> Option<String> {
-    match std::env::var("SLUICE_PYICEBERG_PYTHON") {
-        Ok(p) => Some(p),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("SLUICE_PYICEBERG_PYTHON is not set under CI (.ci/pyiceberg sets it)")
-        }
-        Err(_) => {
-            eprintln!(
-                "skipped: set SLUICE_PYICEBERG_PYTHON to a Python with pyiceberg[sql-sqlite,pyarrow]"
-            );
-            None
-        }
-    }
-}
-
 #[test]
 fn pyiceberg_reads_the_committed_table() {
-    let Some(python) = python() else { return };
+    let Some(python) = ci_env(
+        "SLUICE_PYICEBERG_PYTHON",
+        ".ci/pyiceberg installs a Python with pyiceberg[sql-sqlite,pyarrow]",
+    ) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = tempfile::tempdir().unwrap();
     let catalog = catalog(dir.path());

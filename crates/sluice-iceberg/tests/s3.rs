@@ -17,20 +17,6 @@ use sluice_runtime::prelude::*;
 use std::io::{Read, Write};
 use std::time::Duration;
 
-/// The server's endpoint, or `None` (skip) when it is not set outside CI.
-fn endpoint() -> Option<String> {
-    match std::env::var("SLUICE_S3_ENDPOINT") {
-        Ok(url) => Some(url),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("SLUICE_S3_ENDPOINT is not set under CI (.ci/s3 sets it)")
-        }
-        Err(_) => {
-            eprintln!("skipped: set SLUICE_S3_ENDPOINT (source .ci/s3) to run the S3 test");
-            None
-        }
-    }
-}
-
 /// Creates `bucket` with a plain path-style `PUT` (the test server takes unsigned requests);
 /// iceberg-rust's file IO reads and writes objects but does not create buckets.
 fn create_bucket(endpoint: &str, bucket: &str) {
@@ -54,7 +40,7 @@ fn create_bucket(endpoint: &str, bucket: &str) {
 
 #[test]
 fn a_job_writes_a_table_in_s3_and_a_scan_reads_it_back() {
-    let Some(endpoint) = endpoint() else {
+    let Some(endpoint) = ci_env("SLUICE_S3_ENDPOINT", "source .ci/s3") else {
         return;
     };
     let bucket = format!("sluice-{}", uuid::Uuid::new_v4().simple());

@@ -7,12 +7,10 @@
 mod common;
 
 use arrow_array::{
-    Array, BooleanArray, Float64Array, Int32Array, Int64Array, ListArray, MapArray, RecordBatch,
-    StringArray, StructArray,
+    Array, BooleanArray, Float64Array, Int32Array, Int64Array, ListArray, MapArray, StringArray,
+    StructArray,
 };
 use common::*;
-use futures::TryStreamExt;
-use iceberg::TableIdent;
 use iceberg::spec::{PrimitiveType, Type};
 use serde::{Deserialize, Serialize};
 use sluice_iceberg::{IcebergCatalog, IcebergSink, PartitionField};
@@ -63,96 +61,76 @@ fn visit(i: i64) -> Visit {
 
 /// Every row as text, sorted by id.
 fn read_visits(catalog: &IcebergCatalog, table: &str) -> (iceberg::spec::SchemaRef, Vec<String>) {
-    let catalog = catalog.catalog().clone();
-    let ident = TableIdent::from_strs(table.split('.')).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let table = catalog.load_table(&ident).await.unwrap();
-        let schema = table.metadata().current_schema().clone();
-        let batches: Vec<RecordBatch> = table
-            .scan()
-            .build()
-            .unwrap()
-            .to_arrow()
-            .await
-            .unwrap()
-            .try_collect()
-            .await
+    let (schema, batches) = scan(catalog, table, None);
+    let mut rows = Vec::new();
+    for b in batches {
+        let col = |name: &str| b.column_by_name(name).unwrap().clone();
+        let id = col("id");
+        let id = id.as_any().downcast_ref::<Int64Array>().unwrap();
+        let user = col("user");
+        let user = user.as_any().downcast_ref::<StringArray>().unwrap();
+        let kind = col("kind");
+        let kind = kind.as_any().downcast_ref::<StringArray>().unwrap();
+        let premium = col("premium");
+        let premium = premium.as_any().downcast_ref::<BooleanArray>().unwrap();
+        let amount = col("amount");
+        let amount = amount.as_any().downcast_ref::<Float64Array>().unwrap();
+        let clicks = col("clicks");
+        let clicks = clicks.as_any().downcast_ref::<Int32Array>().unwrap();
+        let device = col("device");
+        let device = device.as_any().downcast_ref::<StructArray>().unwrap();
+        let os = device
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
             .unwrap();
-        let mut rows = Vec::new();
-        for b in batches {
-            let col = |name: &str| b.column_by_name(name).unwrap().clone();
-            let id = col("id");
-            let id = id.as_any().downcast_ref::<Int64Array>().unwrap();
-            let user = col("user");
-            let user = user.as_any().downcast_ref::<StringArray>().unwrap();
-            let kind = col("kind");
-            let kind = kind.as_any().downcast_ref::<StringArray>().unwrap();
-            let premium = col("premium");
-            let premium = premium.as_any().downcast_ref::<BooleanArray>().unwrap();
-            let amount = col("amount");
-            let amount = amount.as_any().downcast_ref::<Float64Array>().unwrap();
-            let clicks = col("clicks");
-            let clicks = clicks.as_any().downcast_ref::<Int32Array>().unwrap();
-            let device = col("device");
-            let device = device.as_any().downcast_ref::<StructArray>().unwrap();
-            let os = device
+        let version = device
+            .column(1)
+            .as_any()
+            .downcast_ref::<Int32Array>()
+            .unwrap();
+        let tags = col("tags");
+        let tags = tags.as_any().downcast_ref::<ListArray>().unwrap();
+        let counters = col("counters");
+        let counters = counters.as_any().downcast_ref::<MapArray>().unwrap();
+        for i in 0..b.num_rows() {
+            let tag_values = tags.value(i);
+            let tag_values = tag_values.as_any().downcast_ref::<StringArray>().unwrap();
+            let tag_text: Vec<&str> = (0..tag_values.len()).map(|t| tag_values.value(t)).collect();
+            let entries = counters.value(i);
+            let keys = entries
                 .column(0)
                 .as_any()
                 .downcast_ref::<StringArray>()
                 .unwrap();
-            let version = device
+            let values = entries
                 .column(1)
                 .as_any()
-                .downcast_ref::<Int32Array>()
+                .downcast_ref::<Int64Array>()
                 .unwrap();
-            let tags = col("tags");
-            let tags = tags.as_any().downcast_ref::<ListArray>().unwrap();
-            let counters = col("counters");
-            let counters = counters.as_any().downcast_ref::<MapArray>().unwrap();
-            for i in 0..b.num_rows() {
-                let tag_values = tags.value(i);
-                let tag_values = tag_values.as_any().downcast_ref::<StringArray>().unwrap();
-                let tag_text: Vec<&str> =
-                    (0..tag_values.len()).map(|t| tag_values.value(t)).collect();
-                let entries = counters.value(i);
-                let keys = entries
-                    .column(0)
-                    .as_any()
-                    .downcast_ref::<StringArray>()
-                    .unwrap();
-                let values = entries
-                    .column(1)
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .unwrap();
-                let map_text: Vec<String> = (0..keys.len())
-                    .map(|e| format!("{}={}", keys.value(e), values.value(e)))
-                    .collect();
-                rows.push((
+            let map_text: Vec<String> = (0..keys.len())
+                .map(|e| format!("{}={}", keys.value(e), values.value(e)))
+                .collect();
+            rows.push((
+                id.value(i),
+                format!(
+                    "{} {} {} {} {:?} {} {} {:?} {:?} {:?}",
                     id.value(i),
-                    format!(
-                        "{} {} {} {} {:?} {} {} {:?} {:?} {:?}",
-                        id.value(i),
-                        user.value(i),
-                        kind.value(i),
-                        premium.value(i),
-                        (!amount.is_null(i)).then(|| amount.value(i)),
-                        clicks.value(i),
-                        os.value(i),
-                        (!version.is_null(i)).then(|| version.value(i)),
-                        tag_text,
-                        map_text,
-                    ),
-                ));
-            }
+                    user.value(i),
+                    kind.value(i),
+                    premium.value(i),
+                    (!amount.is_null(i)).then(|| amount.value(i)),
+                    clicks.value(i),
+                    os.value(i),
+                    (!version.is_null(i)).then(|| version.value(i)),
+                    tag_text,
+                    map_text,
+                ),
+            ));
         }
-        rows.sort();
-        (schema, rows.into_iter().map(|(_, r)| r).collect())
-    })
+    }
+    rows.sort();
+    (schema, rows.into_iter().map(|(_, r)| r).collect())
 }
 
 fn expected_row(v: &Visit) -> String {

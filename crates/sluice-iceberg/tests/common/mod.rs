@@ -46,23 +46,37 @@ pub fn catalog(dir: &std::path::Path) -> IcebergCatalog {
     IcebergCatalog::sqlite("test", dir).unwrap()
 }
 
-/// Every row of `table` (ids and keys), read with iceberg-rust's scan on a runtime of its own.
-pub fn read_rows(catalog: &IcebergCatalog, table: &str) -> Vec<(i64, String)> {
-    let catalog = catalog.catalog().clone();
-    let ident = TableIdent::from_strs(table.split('.')).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
+/// Runs `f` to completion on a runtime of its own (the tests are synchronous; iceberg-rust is
+/// async).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
-        .unwrap();
-    rt.block_on(async move {
+        .unwrap()
+        .block_on(f)
+}
+
+/// The current schema of `table` and every record batch a scan of it returns (`columns`: a
+/// projection, or every column); no batches before the first snapshot.
+pub fn scan(
+    catalog: &IcebergCatalog,
+    table: &str,
+    columns: Option<&[&str]>,
+) -> (iceberg::spec::SchemaRef, Vec<RecordBatch>) {
+    let catalog = catalog.catalog().clone();
+    let ident = TableIdent::from_strs(table.split('.')).unwrap();
+    block_on(async move {
         let table = catalog.load_table(&ident).await.unwrap();
+        let schema = table.metadata().current_schema().clone();
         if table.metadata().current_snapshot().is_none() {
-            return Vec::new();
+            return (schema, Vec::new());
         }
-        let batches: Vec<RecordBatch> = table
-            .scan()
-            .select(["id", "key"])
+        let scan = match columns {
+            Some(columns) => table.scan().select(columns.iter().copied()),
+            None => table.scan(),
+        };
+        let batches = scan
             .build()
             .unwrap()
             .to_arrow()
@@ -71,16 +85,38 @@ pub fn read_rows(catalog: &IcebergCatalog, table: &str) -> Vec<(i64, String)> {
             .try_collect()
             .await
             .unwrap();
-        let mut rows = Vec::new();
-        for b in batches {
-            let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-            let keys = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
-            for i in 0..b.num_rows() {
-                rows.push((ids.value(i), keys.value(i).to_string()));
-            }
-        }
-        rows
+        (schema, batches)
     })
+}
+
+/// Every row of `table` (ids and keys), read with iceberg-rust's scan.
+pub fn read_rows(catalog: &IcebergCatalog, table: &str) -> Vec<(i64, String)> {
+    let (_, batches) = scan(catalog, table, Some(&["id", "key"]));
+    let mut rows = Vec::new();
+    for b in batches {
+        let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        let keys = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        for i in 0..b.num_rows() {
+            rows.push((ids.value(i), keys.value(i).to_string()));
+        }
+    }
+    rows
+}
+
+/// The value of the environment variable `var` that a CI script exports (`how` says which), or
+/// `None` (the test skips, saying so) when it is not set outside CI. Under CI a missing variable
+/// fails the test: a server CI should have started must not turn into a silent pass.
+pub fn ci_env(var: &str, how: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(value) => Some(value),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("{var} is not set under CI ({how})")
+        }
+        Err(_) => {
+            eprintln!("skipped: set {var} ({how}) to run this test");
+            None
+        }
+    }
 }
 
 /// The table's snapshots, oldest first: (summary properties, data files added).
@@ -90,11 +126,7 @@ pub fn snapshots(
 ) -> Vec<std::collections::HashMap<String, String>> {
     let catalog = catalog.catalog().clone();
     let ident = TableIdent::from_strs(table.split('.')).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    block_on(async move {
         let table = catalog.load_table(&ident).await.unwrap();
         let mut snaps: Vec<_> = table.metadata().snapshots().cloned().collect();
         snaps.sort_by_key(|s| s.sequence_number());
@@ -109,11 +141,7 @@ pub fn snapshots(
 pub fn data_files(catalog: &IcebergCatalog, table: &str) -> Vec<(String, u64, u64, String)> {
     let catalog = catalog.catalog().clone();
     let ident = TableIdent::from_strs(table.split('.')).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    block_on(async move {
         let table = catalog.load_table(&ident).await.unwrap();
         if table.metadata().current_snapshot().is_none() {
             return Vec::new();
@@ -156,11 +184,7 @@ pub struct AddedFile {
 pub fn files_per_snapshot(catalog: &IcebergCatalog, table: &str) -> Vec<(u64, Vec<AddedFile>)> {
     let catalog = catalog.catalog().clone();
     let ident = TableIdent::from_strs(table.split('.')).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    block_on(async move {
         let table = catalog.load_table(&ident).await.unwrap();
         let metadata = table.metadata();
         let mut snaps: Vec<_> = metadata.snapshots().cloned().collect();
