@@ -19,7 +19,9 @@ use crate::bounds::{adjust_for_rescale, partition, ranges_of};
 use crate::global::{GlobalStatistics, Routing};
 use crate::rng::mix;
 use crate::statistics::{ShuffleKey, StatisticsType};
-use index::{Choices, ChoicesView, KeyIndex, KeyView, Shares, SketchIndex, order_prefix};
+use index::{
+    Choices, ChoicesView, KeyIndex, SequencedKeys, SequencedView, Shares, SketchIndex, order_prefix,
+};
 use std::sync::Arc;
 
 mod index;
@@ -142,21 +144,23 @@ impl<K> RangeRouter<K> {
 #[derive(Debug)]
 pub struct RangeRouter<K> {
     table: Arc<RouteTable<K>>,
-    sequences: Vec<u64>,
+    /// The Map table's keys with each split key's sequence (empty for Sketch).
+    keys: Option<SequencedKeys<K>>,
     unknown: u64,
 }
 
 impl<K: ShuffleKey> RangeRouter<K> {
     /// A router over `table`; `seed` picks where each split key's sequence starts.
     pub fn new(table: Arc<RouteTable<K>>, seed: u64) -> Self {
-        let slots = match &table.table {
-            Table::Map { keys, .. } => keys.slots(),
-            Table::Sketch { .. } => 0,
+        let keys = match &table.table {
+            Table::Map { keys, .. } => {
+                Some(SequencedKeys::new(keys, |i| mix(seed ^ mix(i as u64))))
+            }
+            Table::Sketch { .. } => None,
         };
-        let sequences = (0..slots as u64).map(|i| mix(seed ^ mix(i))).collect();
         RangeRouter {
             table,
-            sequences,
+            keys,
             unknown: 0,
         }
     }
@@ -167,15 +171,17 @@ impl<K: ShuffleKey> RangeRouter<K> {
         let computed_for = self.table.computed_for;
         match &self.table.table {
             Table::Sketch { bounds, .. } => partition(key, bounds, num_partitions),
-            Table::Map { keys, choices } => {
-                let subtask = map_target(
-                    keys.view(),
-                    choices.view(),
-                    &mut self.sequences,
-                    &mut self.unknown,
-                    key,
-                    num_partitions,
-                );
+            Table::Map { choices, .. } => {
+                let subtask = match &mut self.keys {
+                    Some(keys) => map_target(
+                        &mut keys.view(),
+                        choices.view(),
+                        &mut self.unknown,
+                        key,
+                        num_partitions,
+                    ),
+                    None => next_unknown(&mut self.unknown, num_partitions),
+                };
                 adjust_for_rescale(subtask, computed_for, num_partitions)
             }
         }
@@ -251,16 +257,25 @@ impl<K: ShuffleKey> RangeRouter<K> {
                         .map(|r| partition(&key(r), bounds, num_partitions)),
                 );
             }
-            Table::Map { keys, choices } => {
+            Table::Map { choices, .. } => {
                 // Everything the closure reads, by value or as a plain reference, so that the
                 // loop keeps it in registers.
-                let (keys, choices) = (keys.view(), choices.view());
-                let sequences = &mut self.sequences[..];
+                let choices = choices.view();
                 let unknown = &mut self.unknown;
                 let start = out.len();
-                out.extend(records.iter().map(move |r| {
-                    map_target(keys, choices, sequences, unknown, &key(r), num_partitions)
-                }));
+                match &mut self.keys {
+                    Some(keys) => {
+                        let mut keys = keys.view();
+                        out.extend(records.iter().map(move |r| {
+                            map_target(&mut keys, choices, unknown, &key(r), num_partitions)
+                        }));
+                    }
+                    None => out.extend(
+                        records
+                            .iter()
+                            .map(|_| next_unknown(unknown, num_partitions)),
+                    ),
+                }
                 // Folded in a pass of its own, which the common case (no fold) skips.
                 if computed_for > num_partitions {
                     for s in &mut out[start..] {
@@ -278,27 +293,16 @@ pub const LANES: usize = 8;
 /// The subtask (among those the statistics were computed for) of `key` by Map statistics.
 #[inline(always)]
 fn map_target<K: ShuffleKey>(
-    keys: KeyView<'_, K>,
+    keys: &mut SequencedView<'_, K>,
     choices: ChoicesView<'_>,
-    sequences: &mut [u64],
     unknown: &mut u64,
     key: &K,
     num_partitions: usize,
 ) -> usize {
-    match keys.find(key) {
-        // Every key known walks its sequence, so that keys on one subtask and split keys take
-        // the same instructions (the former's choice does not depend on the value).
-        // There are as many sequences as slots, a power of two: masking by their count minus
-        // one is the slot itself, and the compiler sees it in bounds (the count test is the
-        // same for every record, so it is hoisted out of a loop).
-        Some((slot, route)) => match sequences.len().checked_sub(1) {
-            Some(mask) => {
-                let s = &mut sequences[slot & mask];
-                *s = s.wrapping_add(GOLDEN);
-                choices.pick(route, *s)
-            }
-            None => next_unknown(unknown, num_partitions),
-        },
+    // Every key known walks its sequence, so that keys on one subtask and split keys take the
+    // same instructions (the former's choice does not depend on the value).
+    match keys.advance(key, GOLDEN) {
+        Some((route, s)) => choices.pick(route, s),
         None => next_unknown(unknown, num_partitions),
     }
 }

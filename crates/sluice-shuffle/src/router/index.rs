@@ -11,8 +11,11 @@
 //!   of every sequence value in it; a key on one subtask owns a single bucket of that subtask,
 //!   and the route's bucket mask (0) makes every sequence value read it. Single and split keys
 //!   take the same instructions, so the long tail's mix of them costs no mispredicted branch.
-//!   Only a bucket in which a share ends (at most `m - 1` of 512 for `m` shares: 1.6 % of a
-//!   9-way split key's records) falls back to a search of the key's [`Shares`];
+//!   A bucket in which one share ends and the next begins (at most `m - 1` of 512 for `m`
+//!   shares: 1.6 % of a 9-way split key's records) holds an [`Edge`] instead: the sequence
+//!   value where the choice moves and the subtasks either side, one comparison. Only a bucket
+//!   in which several shares end (a share under 1/512 of its key) searches the key's
+//!   [`Shares`];
 //! - [`SketchIndex`]: for keys with an order-preserving 64-bit prefix ([`order_prefix`]:
 //!   integers, strings), the range bounds bucketed by prefix, at most two bounds a bucket: a
 //!   key's range is the count of bounds in earlier buckets plus two comparisons of prefixes
@@ -66,56 +69,99 @@ impl<K: Hash + Eq + Clone> KeyIndex<K> {
         KeyIndex { slots }
     }
 
-    /// How many slots there are (the length of a per-slot array such as the routers'
-    /// sequences).
+    /// [`probe`] of the index, for tests.
+    #[cfg(test)]
+    pub(crate) fn find(&self, key: &K) -> Option<(usize, Route)> {
+        let slot = probe(&self.slots, key, |s| (&s.0, s.1))?;
+        Some((slot, self.slots[slot].1))
+    }
+
+    /// How many slots there are.
+    #[cfg(test)]
     pub(crate) fn slots(&self) -> usize {
         self.slots.len()
     }
-
-    /// The index as a slice, for a loop to keep in registers.
-    pub(crate) fn view(&self) -> KeyView<'_, K> {
-        KeyView { slots: &self.slots }
-    }
-
-    /// [`KeyView::find`], for tests.
-    #[cfg(test)]
-    pub(crate) fn find(&self, key: &K) -> Option<(usize, Route)> {
-        self.view().find(key)
-    }
 }
 
-/// A [`KeyIndex`] borrowed for a loop.
-#[derive(Debug)]
-pub(crate) struct KeyView<'a, K> {
-    slots: &'a [(K, Route)],
-}
-
-impl<K> Clone for KeyView<'_, K> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<K> Copy for KeyView<'_, K> {}
-
-impl<K: Hash + Eq> KeyView<'_, K> {
-    /// The slot and route of `key`, if the statistics know it.
-    #[inline(always)]
-    pub(crate) fn find(&self, key: &K) -> Option<(usize, Route)> {
-        // The slot count is a power of two: masking by it minus one keeps every index in
-        // bounds, which the compiler sees (no bounds check per probe).
-        let mask = self.slots.len().checked_sub(1)?;
-        let mut i = home(key) & mask;
-        loop {
-            let (k, route) = &self.slots[i];
-            if k == key {
-                return Some((i, *route));
-            }
-            if *route == EMPTY {
-                return None;
-            }
-            i = (i + 1) & mask;
+/// The slot of `key` in `slots` (an open-addressing table whose length is a power of two, each
+/// slot read as its key and route by `entry`), if the table holds it.
+#[inline(always)]
+fn probe<S, K: Hash + Eq>(
+    slots: &[S],
+    key: &K,
+    entry: impl Fn(&S) -> (&K, Route),
+) -> Option<usize> {
+    // The slot count is a power of two: masking by it minus one keeps every index in bounds,
+    // which the compiler sees (no bounds check per probe).
+    let mask = slots.len().checked_sub(1)?;
+    let mut i = home(key) & mask;
+    loop {
+        let (k, route) = entry(&slots[i]);
+        if k == key {
+            return Some(i);
         }
+        if route == EMPTY {
+            return None;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+/// A router's own copy of a [`KeyIndex`], with each key's Weyl sequence in the key's slot:
+/// finding a key reaches its route and its sequence in one cache line, and the routing loop
+/// keeps one table in registers instead of a table and a sequence array.
+#[derive(Debug)]
+pub(crate) struct SequencedKeys<K> {
+    slots: Vec<Sequenced<K>>,
+}
+
+/// A slot of [`SequencedKeys`].
+#[derive(Debug)]
+pub(crate) struct Sequenced<K> {
+    key: K,
+    route: Route,
+    sequence: u64,
+}
+
+impl<K: Hash + Eq + Clone> SequencedKeys<K> {
+    /// A copy of `index` whose slot `i` starts its sequence at `start(i)`.
+    pub(crate) fn new(index: &KeyIndex<K>, start: impl Fn(usize) -> u64) -> Self {
+        let slots = index
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, (key, route))| Sequenced {
+                key: key.clone(),
+                route: *route,
+                sequence: start(i),
+            })
+            .collect();
+        SequencedKeys { slots }
+    }
+
+    /// The slots, for a loop to keep in registers.
+    pub(crate) fn view(&mut self) -> SequencedView<'_, K> {
+        SequencedView {
+            slots: &mut self.slots,
+        }
+    }
+}
+
+/// [`SequencedKeys`] borrowed for a loop.
+#[derive(Debug)]
+pub(crate) struct SequencedView<'a, K> {
+    slots: &'a mut [Sequenced<K>],
+}
+
+impl<K: Hash + Eq> SequencedView<'_, K> {
+    /// The route of `key` and the next value of its sequence (`step` added), if the
+    /// statistics know the key.
+    #[inline(always)]
+    pub(crate) fn advance(&mut self, key: &K, step: u64) -> Option<(Route, u64)> {
+        let i = probe(self.slots, key, |s| (&s.key, s.route))?;
+        let slot = self.slots.get_mut(i)?;
+        slot.sequence = slot.sequence.wrapping_add(step);
+        Some((slot.route, slot.sequence))
     }
 }
 
@@ -165,6 +211,12 @@ impl Shares {
         self.cumulative.partition_point(|&c| c <= x)
     }
 
+    /// The least sequence value whose point reaches `weight` (none if no value does).
+    fn first_value_at(&self, weight: u64) -> Option<u64> {
+        let v = (u128::from(weight) << 64).div_ceil(u128::from(self.total));
+        u64::try_from(v).ok()
+    }
+
     /// The subtask at share position `pos`.
     fn subtask(&self, pos: usize) -> usize {
         self.subtasks[pos.min(self.subtasks.len().saturating_sub(1))]
@@ -177,14 +229,28 @@ impl Shares {
     }
 }
 
-/// Marks a bucket whose choice needs a search (or whose subtask does not fit 16 bits).
+/// Marks a bucket whose choice needs a search (or whose subtask does not fit a bucket).
 const MIXED: u16 = u16::MAX;
+/// Bucket values from here up to [`MIXED`] (excluded) name an [`Edge`]: `value - EDGE`. Below
+/// it, a bucket holds its subtask.
+const EDGE: u16 = 1 << 15;
+
+/// The choice of a bucket in which one share ends and the next begins: sequence values below
+/// `from` go to `below`, the others to `above`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Edge {
+    from: u64,
+    below: u16,
+    above: u16,
+}
 
 /// Every Map key's choice of subtask (see the [module](self) documentation).
 #[derive(Debug, Default)]
 pub(crate) struct Choices {
-    /// Per bucket: its subtask, or [`MIXED`].
+    /// Per bucket: its subtask, an [`Edge`] (from [`EDGE`] on), or [`MIXED`].
     buckets: Vec<u16>,
+    /// The edges of the buckets in which one share gives way to the next.
+    edges: Vec<Edge>,
     /// The shares of every key with a bucket that searches, by its first bucket (ascending).
     searched: Vec<(usize, Shares)>,
     /// The bucket of each subtask a key routes to alone (they share it).
@@ -218,7 +284,7 @@ impl Choices {
             let bucket = if lo == hi {
                 fit(shares.subtask(lo))
             } else {
-                MIXED
+                self.edge(&shares, lo, hi).unwrap_or(MIXED)
             };
             searches |= bucket == MIXED;
             self.buckets.push(bucket);
@@ -229,10 +295,34 @@ impl Choices {
         (base as Route) << BASE_SHIFT | ((1 << SHARE_BUCKET_BITS) - 1)
     }
 
+    /// The bucket value of an [`Edge`] for a bucket whose sequence values start at share
+    /// position `lo` and end at `hi`, if the position moves once in it (from `lo` to `hi`
+    /// at one value) and both subtasks and the edge's number fit a bucket.
+    fn edge(&mut self, shares: &Shares, lo: usize, hi: usize) -> Option<u16> {
+        // The position reaches `hi` where the point reaches the cumulative weight `hi - 1`,
+        // and leaves `lo` where it reaches the cumulative weight `lo`: one value for both, or
+        // the bucket holds more than one move.
+        let from = shares.first_value_at(*shares.cumulative.get(hi.checked_sub(1)?)?)?;
+        if shares.first_value_at(*shares.cumulative.get(lo)?)? != from
+            || shares.position(from.checked_sub(1)?) != lo
+            || shares.position(from) != hi
+        {
+            return None;
+        }
+        let (below, above) = (fit(shares.subtask(lo)), fit(shares.subtask(hi)));
+        let number = u16::try_from(self.edges.len()).ok()?;
+        if below >= EDGE || above >= EDGE || number >= MIXED - EDGE {
+            return None;
+        }
+        self.edges.push(Edge { from, below, above });
+        Some(EDGE + number)
+    }
+
     /// The choices as slices, for a loop to keep in registers.
     pub(crate) fn view(&self) -> ChoicesView<'_> {
         ChoicesView {
             buckets: &self.buckets,
+            edges: &self.edges,
             searched: &self.searched,
         }
     }
@@ -244,15 +334,19 @@ impl Choices {
     }
 }
 
-/// `subtask` as a bucket entry, or [`MIXED`] if it does not fit one.
+/// `subtask` as a bucket entry, or [`MIXED`] if it does not fit one (below [`EDGE`]).
 fn fit(subtask: usize) -> u16 {
-    u16::try_from(subtask).unwrap_or(MIXED)
+    u16::try_from(subtask)
+        .ok()
+        .filter(|&b| b < EDGE)
+        .unwrap_or(MIXED)
 }
 
 /// [`Choices`] borrowed for a loop.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ChoicesView<'a> {
     buckets: &'a [u16],
+    edges: &'a [Edge],
     searched: &'a [(usize, Shares)],
 }
 
@@ -262,10 +356,13 @@ impl ChoicesView<'_> {
     pub(crate) fn pick(&self, route: Route, s: u64) -> usize {
         let base = (route >> BASE_SHIFT) as usize;
         let bucket = self.buckets[base + ((s >> BUCKET_SHIFT) & route) as usize];
-        if bucket == MIXED {
-            return search(self.searched, base, s);
+        if bucket < EDGE {
+            return usize::from(bucket);
         }
-        usize::from(bucket)
+        match self.edges.get(usize::from(bucket - EDGE)) {
+            Some(e) => usize::from(if s < e.from { e.below } else { e.above }),
+            None => search(self.searched, base, s),
+        }
     }
 }
 
@@ -530,8 +627,19 @@ mod tests {
         // A split into 9 shares searches in at most 8 of its 512 buckets.
         let mut choices = Choices::default();
         choices.split(Shares::new((0..9).collect(), &[9; 9]));
-        let searched = choices.buckets.iter().filter(|&&b| b == MIXED).count();
+        let searched = choices.buckets.iter().filter(|&&b| b >= EDGE).count();
         assert!(searched <= 8, "{searched}");
+        // Each of them is an edge, resolved by one comparison: none searches.
+        assert!(!choices.buckets.contains(&MIXED));
+        assert!(choices.searched.is_empty());
+        // A share under a bucket's width puts several moves in one bucket: that one searches.
+        let mut choices = Choices::default();
+        let route = choices.split(Shares::new(vec![0, 1, 2], &[700, 1, 3_000]));
+        assert_eq!(choices.buckets.iter().filter(|&&b| b == MIXED).count(), 1);
+        let thin = Shares::new(vec![0, 1, 2], &[700, 1, 3_000]);
+        for s in draws(&mut rng, &thin) {
+            assert_eq!(choices.pick(route, s), thin.pick(s), "{s}");
+        }
     }
 
     #[test]
