@@ -28,7 +28,9 @@ fn a_second_run_resumes_from_the_newest_checkpoint_and_a_first_starts_afresh() {
     let first = env.execute_blocking("resume").unwrap();
     assert_eq!(first.restored_from, None);
     assert_eq!(out.len(), 100);
-    let last = first.last_checkpoint.expect("a bounded job ends with a checkpoint");
+    let last = first
+        .last_checkpoint
+        .expect("a bounded job ends with a checkpoint");
 
     // The second run finds it: its source resumes at its end and emits nothing again.
     let env = StreamEnvironment::new();
