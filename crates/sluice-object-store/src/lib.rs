@@ -170,7 +170,9 @@ impl ObjectStoreCheckpointStorage {
     }
 
     fn checkpoint_prefix(&self, id: CheckpointId) -> ObjectPath {
-        self.prefix.clone().join(format::checkpoint_dir_name(id).as_str())
+        self.prefix
+            .clone()
+            .join(format::checkpoint_dir_name(id).as_str())
     }
 
     /// A path naming `object` for errors: the store's URL and the object's key.
