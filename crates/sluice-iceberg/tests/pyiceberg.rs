@@ -10,12 +10,13 @@ mod common;
 use common::*;
 use sluice_iceberg::{DistributionMode, IcebergSink, PartitionField};
 use sluice_runtime::prelude::*;
+use sluice_runtime::testing::required_env;
 use std::process::Command;
 use std::time::Duration;
 
 #[test]
 fn pyiceberg_reads_the_committed_table() {
-    let Some(python) = ci_env(
+    let Some(python) = required_env(
         "SLUICE_PYICEBERG_PYTHON",
         ".ci/pyiceberg installs a Python with pyiceberg[sql-sqlite,pyarrow]",
     ) else {

@@ -14,37 +14,16 @@ mod common;
 use common::*;
 use sluice_iceberg::{IcebergCatalog, IcebergSink, PartitionField, S3Storage};
 use sluice_runtime::prelude::*;
-use std::io::{Read, Write};
+use sluice_runtime::testing::{create_s3_bucket, required_env};
 use std::time::Duration;
-
-/// Creates `bucket` with a plain path-style `PUT` (the test server takes unsigned requests);
-/// iceberg-rust's file IO reads and writes objects but does not create buckets.
-fn create_bucket(endpoint: &str, bucket: &str) {
-    let host = endpoint
-        .strip_prefix("http://")
-        .expect("SLUICE_S3_ENDPOINT is an http:// URL")
-        .trim_end_matches('/');
-    let mut stream = std::net::TcpStream::connect(host).unwrap();
-    write!(
-        stream,
-        "PUT /{bucket} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    assert!(
-        answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
-        "creating bucket {bucket}: {answer}"
-    );
-}
 
 #[test]
 fn a_job_writes_a_table_in_s3_and_a_scan_reads_it_back() {
-    let Some(endpoint) = ci_env("SLUICE_S3_ENDPOINT", "source .ci/s3") else {
+    let Some(endpoint) = required_env("SLUICE_S3_ENDPOINT", "source .ci/s3") else {
         return;
     };
     let bucket = format!("sluice-{}", uuid::Uuid::new_v4().simple());
-    create_bucket(&endpoint, &bucket);
+    create_s3_bucket(&endpoint, &bucket).unwrap();
     let s3 = S3Storage::new("us-east-1")
         .endpoint(&endpoint)
         .credentials("testing", "testing")

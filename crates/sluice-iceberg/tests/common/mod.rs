@@ -103,22 +103,6 @@ pub fn read_rows(catalog: &IcebergCatalog, table: &str) -> Vec<(i64, String)> {
     rows
 }
 
-/// The value of the environment variable `var` that a CI script exports (`how` says which), or
-/// `None` (the test skips, saying so) when it is not set outside CI. Under CI a missing variable
-/// fails the test: a server CI should have started must not turn into a silent pass.
-pub fn ci_env(var: &str, how: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(value) => Some(value),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("{var} is not set under CI ({how})")
-        }
-        Err(_) => {
-            eprintln!("skipped: set {var} ({how}) to run this test");
-            None
-        }
-    }
-}
-
 /// The table's snapshots, oldest first: (summary properties, data files added).
 pub fn snapshots(
     catalog: &IcebergCatalog,

@@ -11,6 +11,7 @@ use crate::job::submit::Submission;
 use crate::job::{JobConfig, JobHandle, JobResult};
 use crate::operator::{OperatorContext, SourceHead};
 use crate::state::OperatorState;
+use crate::storage::CheckpointStorage;
 use crate::task::input::SourceReader;
 use sluice_core::{Data, UserError};
 use std::marker::PhantomData;
@@ -48,7 +49,9 @@ struct Inner {
     restart: Option<RestartStrategy>,
     failover: FailoverStrategy,
     storage_dir: Option<PathBuf>,
+    storage_backend: Option<Arc<dyn CheckpointStorage>>,
     restore_from: Option<PathBuf>,
+    resume_latest: bool,
 }
 
 impl StreamEnvironment {
@@ -115,6 +118,44 @@ impl StreamEnvironment {
     /// Where checkpoints are written. Default: `./sluice-checkpoints/<job name>`.
     pub fn set_checkpoint_storage(&self, dir: impl Into<PathBuf>) -> &Self {
         self.lock().storage_dir = Some(dir.into());
+        self
+    }
+
+    /// Writes checkpoints to `storage` instead of a local directory (it replaces
+    /// [`set_checkpoint_storage`](Self::set_checkpoint_storage)): for example an object store
+    /// through `sluice-object-store`, so that a job master started on another machine finds
+    /// them (see [`resume_from_latest_checkpoint`](Self::resume_from_latest_checkpoint)).
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_runtime::storage::LocalCheckpointStorage;
+    /// use std::num::NonZeroUsize;
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let storage = LocalCheckpointStorage::new(dir.path(), NonZeroUsize::new(3).unwrap());
+    /// let env = StreamEnvironment::new();
+    /// env.enable_checkpointing(Duration::from_secs(1));
+    /// env.set_checkpoint_storage_backend(Arc::new(storage));
+    /// let out = env.from_iter(0u64..10).collect();
+    /// env.execute_blocking("backend").unwrap();
+    /// assert_eq!(out.len(), 10);
+    /// // A bounded job ends with a final checkpoint, written to the backend.
+    /// assert!(std::fs::read_dir(dir.path()).unwrap().count() > 0);
+    /// ```
+    pub fn set_checkpoint_storage_backend(&self, storage: Arc<dyn CheckpointStorage>) -> &Self {
+        self.lock().storage_backend = Some(storage);
+        self
+    }
+
+    /// Starts the next job from the newest valid checkpoint in its own checkpoint storage (the
+    /// directory or backend it checkpoints to), or afresh if the storage holds none: what a job
+    /// master restarted after a crash does, as Flink's high-availability mode resumes from the
+    /// latest completed checkpoint. Needs checkpointing; not combined with
+    /// [`restore_from`](Self::restore_from).
+    pub fn resume_from_latest_checkpoint(&self) -> &Self {
+        self.lock().resume_latest = true;
         self
     }
 
@@ -255,11 +296,14 @@ impl StreamEnvironment {
             restart: inner.restart,
             failover: inner.failover,
             storage_dir: inner.storage_dir.as_deref(),
+            storage_backend: inner.storage_backend.clone(),
             restore_from: inner.restore_from.as_deref(),
+            resume_latest: inner.resume_latest,
         };
         let prepared = submission.prepare()?;
         // Accepted: the environment starts afresh for the next job.
         inner.restore_from = None;
+        inner.resume_latest = false;
         let graph = std::mem::take(&mut inner.graph);
         drop(inner);
         Ok(prepared.launch(graph))

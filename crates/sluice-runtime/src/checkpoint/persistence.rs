@@ -173,6 +173,24 @@ pub(crate) async fn load_restore(
     }
 }
 
+/// The newest valid checkpoint in `storage`, if it holds one (damaged ones are skipped with a
+/// warning; one of another job graph is an error).
+pub(crate) async fn load_latest(
+    storage: &dyn CheckpointStorage,
+    fingerprint: &str,
+) -> Result<Option<CompletedCheckpoint>, JobError> {
+    let outcome = storage.latest_valid(fingerprint).await.map_err(|e| {
+        JobError::InvalidJob(format!(
+            "cannot resume from checkpoint storage {}: {e}",
+            storage.location()
+        ))
+    })?;
+    for skipped in &outcome.skipped {
+        tracing::warn!(checkpoint = %skipped.id, error = %skipped.error, "skipping a damaged checkpoint");
+    }
+    outcome.restored.map(decode_restored).transpose()
+}
+
 /// The default checkpoint directory of a job: `./sluice-checkpoints/<job name>`.
 pub(crate) fn default_dir(job_name: &str) -> PathBuf {
     let safe: String = job_name

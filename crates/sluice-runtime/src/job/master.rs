@@ -18,7 +18,7 @@
 //! of a region or of the whole job, takes the next one, and reports and exits of stopped
 //! attempts are dropped.
 
-use crate::checkpoint::persistence::{CheckpointRun, load_restore};
+use crate::checkpoint::persistence::{CheckpointRun, load_latest, load_restore};
 use crate::checkpoint::{CheckpointPlanner, CompletedCheckpoint};
 use crate::error::{JobError, TaskError};
 use crate::failover::{
@@ -61,6 +61,9 @@ pub(crate) struct JobSpec {
     pub(crate) failover: FailoverStrategy,
     /// Where to restore from before the first attempt (a checkpoint or storage directory).
     pub(crate) restore_path: Option<std::path::PathBuf>,
+    /// Whether to restore the newest valid checkpoint of the job's own checkpoint storage, if
+    /// it holds one, before the first attempt.
+    pub(crate) resume_latest: bool,
 }
 
 /// What a successful run reports besides metrics.
@@ -131,6 +134,17 @@ pub(crate) async fn run_job(
         tracing::info!(checkpoint = %restored.id, path = %path.display(), "restoring");
         summary.restored_from = Some(restored.id);
         restore = Some(restored);
+    }
+    if let (true, Some(run)) = (spec.resume_latest, &spec.checkpointing) {
+        let location = run.storage.location();
+        match load_latest(&*run.storage, &spec.graph.fingerprint()).await? {
+            Some(restored) => {
+                tracing::info!(checkpoint = %restored.id, %location, "resuming from the latest checkpoint");
+                summary.restored_from = Some(restored.id);
+                restore = Some(restored);
+            }
+            None => tracing::info!(%location, "no checkpoint to resume from: starting afresh"),
+        }
     }
     let mut checkpoints = match &spec.checkpointing {
         Some(c) => Some(start_checkpointing(c, &spec.plan, restore.clone()).await?),

@@ -43,7 +43,9 @@ pub(crate) struct Submission<'a> {
     pub(crate) restart: Option<RestartStrategy>,
     pub(crate) failover: FailoverStrategy,
     pub(crate) storage_dir: Option<&'a Path>,
+    pub(crate) storage_backend: Option<Arc<dyn CheckpointStorage>>,
     pub(crate) restore_from: Option<&'a Path>,
+    pub(crate) resume_latest: bool,
 }
 
 /// A submission that passed every check, ready to launch.
@@ -52,10 +54,11 @@ pub(crate) struct Prepared {
     job_name: String,
     plan: Plan,
     config: JobConfig,
-    checkpoints: Option<(CheckpointSettings, PathBuf)>,
+    checkpoints: Option<(CheckpointSettings, Arc<dyn CheckpointStorage>)>,
     restart: RestartStrategy,
     failover: FailoverStrategy,
     restore_from: Option<PathBuf>,
+    resume_latest: bool,
 }
 
 impl Submission<'_> {
@@ -79,17 +82,42 @@ impl Submission<'_> {
         let checkpoints = match self.checkpoints {
             Some(c) => {
                 c.validate().map_err(JobError::InvalidJob)?;
-                let dir = self
-                    .storage_dir
-                    .map(Path::to_path_buf)
-                    .unwrap_or_else(|| default_dir(self.job_name));
-                validate_directory(&dir).map_err(|e| {
-                    JobError::InvalidJob(format!("checkpoint storage {}: {e}", dir.display()))
-                })?;
-                Some((c.clone(), dir))
+                let storage = match self.storage_backend {
+                    Some(backend) => backend,
+                    None => {
+                        let dir = self
+                            .storage_dir
+                            .map(Path::to_path_buf)
+                            .unwrap_or_else(|| default_dir(self.job_name));
+                        validate_directory(&dir).map_err(|e| {
+                            JobError::InvalidJob(format!(
+                                "checkpoint storage {}: {e}",
+                                dir.display()
+                            ))
+                        })?;
+                        let retained = NonZeroUsize::new(c.retained).unwrap_or(NonZeroUsize::MIN);
+                        Arc::new(LocalCheckpointStorage::new(dir, retained))
+                    }
+                };
+                Some((c.clone(), storage))
             }
             None => None,
         };
+        if self.resume_latest {
+            if checkpoints.is_none() {
+                return Err(JobError::InvalidJob(
+                    "resume_from_latest_checkpoint needs checkpointing (enable_checkpointing)"
+                        .into(),
+                ));
+            }
+            if let Some(path) = self.restore_from {
+                return Err(JobError::InvalidJob(format!(
+                    "resume_from_latest_checkpoint and restore_from({}) both say where to \
+                     start from; keep one",
+                    path.display()
+                )));
+            }
+        }
         let restart = match (self.restart, &checkpoints) {
             (Some(r), _) => r,
             (None, None) => RestartStrategy::none(),
@@ -104,6 +132,7 @@ impl Submission<'_> {
             restart,
             failover: self.failover,
             restore_from: self.restore_from.map(Path::to_path_buf),
+            resume_latest: self.resume_latest,
         })
     }
 }
@@ -111,10 +140,7 @@ impl Submission<'_> {
 impl Prepared {
     /// Spawns the job master for `graph` and returns its handle.
     pub(crate) fn launch(self, graph: StreamGraph) -> JobHandle {
-        let checkpointing = self.checkpoints.map(|(settings, dir)| {
-            let retained = NonZeroUsize::new(settings.retained).unwrap_or(NonZeroUsize::MIN);
-            let storage: Arc<dyn CheckpointStorage> =
-                Arc::new(LocalCheckpointStorage::new(dir, retained));
+        let checkpointing = self.checkpoints.map(|(settings, storage)| {
             let persistence = Arc::new(StoragePersistence {
                 storage: storage.clone(),
                 fingerprint: graph.fingerprint(),
@@ -134,6 +160,7 @@ impl Prepared {
             restart: self.restart,
             failover: self.failover,
             restore_path: self.restore_from,
+            resume_latest: self.resume_latest,
         };
         let metrics = Arc::new(SharedMetrics::default());
         let cancel = CancellationToken::new();

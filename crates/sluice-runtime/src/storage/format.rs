@@ -1,22 +1,38 @@
-//! The on-disk framing of checkpoint files and their names.
+//! The framing of checkpoint files and their names, shared by every [`CheckpointStorage`]
+//! (local directories here, object stores in `sluice-object-store`), so that a checkpoint
+//! copied between them stays readable.
 //!
 //! Every file starts with a 20-byte header: 4 magic bytes (which kind of file), the format
 //! version (u32), the payload length (u64) and the CRC32 of the payload (u32), all little-endian.
 //! The payload follows. The checks here are pure, so every kind of damage is unit tested.
+//!
+//! ```
+//! use sluice_runtime::storage::format::{FileKind, frame, unframe};
+//!
+//! let file = frame(FileKind::State, b"offset=42");
+//! let (header, payload) = unframe(FileKind::State, &file).unwrap();
+//! assert_eq!((header.len, payload), (9, &b"offset=42"[..]));
+//! // One flipped bit is caught by the checksum.
+//! let mut damaged = file.clone();
+//! damaged[25] ^= 1;
+//! assert!(unframe(FileKind::State, &damaged).is_err());
+//! ```
+//!
+//! [`CheckpointStorage`]: super::CheckpointStorage
 
 use super::Corruption;
 use sluice_core::{CheckpointId, NodeId, SubtaskIndex};
 
 /// The length of the header.
-pub(crate) const HEADER_LEN: usize = 20;
+pub const HEADER_LEN: usize = 20;
 /// The format version this build writes and reads.
-pub(crate) const VERSION: u32 = 2;
+pub const VERSION: u32 = 2;
 /// The name of a checkpoint's metadata file, written last.
-pub(crate) const METADATA_FILE: &str = "_metadata";
+pub const METADATA_FILE: &str = "_metadata";
 
 /// Which kind of file a header belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FileKind {
+pub enum FileKind {
     /// The state of one operator subtask.
     State,
     /// A checkpoint's metadata.
@@ -34,15 +50,15 @@ impl FileKind {
 
 /// A header that passed the checks that need no payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Header {
+pub struct Header {
     /// The payload length.
-    pub(crate) len: u64,
+    pub len: u64,
     /// The payload's CRC32.
-    pub(crate) crc32: u32,
+    pub crc32: u32,
 }
 
 /// The header fields of `payload`.
-pub(crate) fn header_of(payload: &[u8]) -> Header {
+pub fn header_of(payload: &[u8]) -> Header {
     Header {
         len: payload.len() as u64,
         crc32: crc32fast::hash(payload),
@@ -50,7 +66,7 @@ pub(crate) fn header_of(payload: &[u8]) -> Header {
 }
 
 /// The header bytes of a file of `kind` with a payload described by `header`.
-pub(crate) fn encode_header(kind: FileKind, header: Header) -> [u8; HEADER_LEN] {
+pub fn encode_header(kind: FileKind, header: Header) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[0..4].copy_from_slice(&kind.magic());
     h[4..8].copy_from_slice(&VERSION.to_le_bytes());
@@ -60,7 +76,7 @@ pub(crate) fn encode_header(kind: FileKind, header: Header) -> [u8; HEADER_LEN] 
 }
 
 /// Checks a header read from a file of `file_len` bytes.
-pub(crate) fn check_header(
+pub fn check_header(
     kind: FileKind,
     header: &[u8; HEADER_LEN],
     file_len: u64,
@@ -98,7 +114,7 @@ pub(crate) fn check_header(
 }
 
 /// Checks a payload against its header's checksum.
-pub(crate) fn check_payload(header: Header, payload: &[u8]) -> Result<(), Corruption> {
+pub fn check_payload(header: Header, payload: &[u8]) -> Result<(), Corruption> {
     let computed = crc32fast::hash(payload);
     if computed == header.crc32 {
         Ok(())
@@ -110,13 +126,35 @@ pub(crate) fn check_payload(header: Header, payload: &[u8]) -> Result<(), Corrup
     }
 }
 
+/// `payload` framed as a file of `kind`: its header, then the payload.
+pub fn frame(kind: FileKind, payload: &[u8]) -> Vec<u8> {
+    let mut file = Vec::with_capacity(HEADER_LEN + payload.len());
+    file.extend_from_slice(&encode_header(kind, header_of(payload)));
+    file.extend_from_slice(payload);
+    file
+}
+
+/// Checks a whole framed file of `kind` (header, length and checksum) and returns its header
+/// and payload.
+pub fn unframe(kind: FileKind, file: &[u8]) -> Result<(Header, &[u8]), Corruption> {
+    let Some((raw, payload)) = file.split_first_chunk::<HEADER_LEN>() else {
+        return Err(Corruption::TooShort {
+            len: file.len() as u64,
+            header: HEADER_LEN as u64,
+        });
+    };
+    let header = check_header(kind, raw, file.len() as u64)?;
+    check_payload(header, payload)?;
+    Ok((header, payload))
+}
+
 /// The directory name of checkpoint `id`.
-pub(crate) fn checkpoint_dir_name(id: CheckpointId) -> String {
+pub fn checkpoint_dir_name(id: CheckpointId) -> String {
     format!("chk-{}", id.0)
 }
 
 /// The checkpoint id of a directory name, if it is one.
-pub(crate) fn parse_checkpoint_dir_name(name: &str) -> Option<CheckpointId> {
+pub fn parse_checkpoint_dir_name(name: &str) -> Option<CheckpointId> {
     let digits = name.strip_prefix("chk-")?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -125,18 +163,18 @@ pub(crate) fn parse_checkpoint_dir_name(name: &str) -> Option<CheckpointId> {
 }
 
 /// The file name of the state of one operator subtask.
-pub(crate) fn state_file_name(node: NodeId, subtask: SubtaskIndex) -> String {
+pub fn state_file_name(node: NodeId, subtask: SubtaskIndex) -> String {
     format!("node-{}.subtask-{}.state", node.0, subtask)
 }
 
 /// The file name of the state of one operator's coordinator.
-pub(crate) fn coordinator_file_name(node: NodeId) -> String {
+pub fn coordinator_file_name(node: NodeId) -> String {
     format!("node-{}.coordinator.state", node.0)
 }
 
 /// Whether `name` is a plain file name inside a checkpoint directory (no separator, not `.` or
 /// `..`), so that metadata can never point outside its directory.
-pub(crate) fn is_plain_file_name(name: &str) -> bool {
+pub fn is_plain_file_name(name: &str) -> bool {
     !name.is_empty()
         && name != "."
         && name != ".."

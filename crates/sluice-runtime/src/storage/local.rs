@@ -3,13 +3,13 @@
 
 use super::format::{self, FileKind, METADATA_FILE};
 use super::fs::{self as sfs, Listed};
+use super::verify::{assemble, decode_metadata};
 use super::{
-    CheckpointMetadata, CheckpointStorage, CoordinatorStateHandle, Corruption, RestoreOutcome,
+    CheckpointMetadata, CheckpointStorage, CoordinatorStateHandle, RestoreOutcome,
     RestoredCheckpoint, SkippedCheckpoint, StateFileHandle, StorageError,
 };
 use futures::future::BoxFuture;
 use sluice_core::{CheckpointId, NodeId, SubtaskIndex, codec};
-use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::num::NonZeroUsize;
@@ -382,59 +382,9 @@ fn load_sync(
     fingerprint: &str,
 ) -> Result<RestoredCheckpoint, StorageError> {
     let meta_path = dir.join(METADATA_FILE);
-    let corrupt = |path: &Path, reason| StorageError::Corrupt {
-        path: path.to_path_buf(),
-        reason,
-    };
     let (_, bytes) = sfs::read_framed(&meta_path, FileKind::Metadata)?;
-    let metadata: CheckpointMetadata = codec::decode(&bytes)
-        .map_err(|e| corrupt(&meta_path, Corruption::Undecodable(e.to_string())))?;
-    if metadata.job_fingerprint != fingerprint {
-        return Err(StorageError::FingerprintMismatch {
-            path: meta_path,
-            expected: fingerprint.to_owned(),
-            found: metadata.job_fingerprint,
-        });
-    }
-    if let Some(id) = expected_id.filter(|id| *id != metadata.checkpoint_id) {
-        let reason = format!(
-            "the directory is checkpoint {id} but the metadata is of checkpoint {}",
-            metadata.checkpoint_id
-        );
-        return Err(corrupt(&meta_path, Corruption::Inconsistent(reason)));
-    }
-    metadata
-        .check()
-        .map_err(|reason| corrupt(&meta_path, Corruption::Inconsistent(reason)))?;
-    let read = |file_name: &str, length: u64, crc32: u32| {
-        let path = dir.join(file_name);
-        let (header, payload) = sfs::read_framed(&path, FileKind::State)?;
-        if header.len != length || header.crc32 != crc32 {
-            let describe = |len: u64, crc: u32| format!("{len} bytes with crc32 {crc:#010x}");
-            return Err(corrupt(
-                &path,
-                Corruption::MetadataMismatch {
-                    expected: describe(length, crc32),
-                    found: describe(header.len, header.crc32),
-                },
-            ));
-        }
-        Ok(payload)
-    };
-    let mut states = BTreeMap::new();
-    for f in &metadata.state_files {
-        let payload = read(&f.file_name, f.length, f.crc32)?;
-        states.insert((f.node, f.subtask), payload);
-    }
-    let mut coordinator_states = BTreeMap::new();
-    for c in &metadata.coordinator_states {
-        let payload = read(&c.file_name, c.length, c.crc32)?;
-        coordinator_states.insert(c.node, payload);
-    }
-    Ok(RestoredCheckpoint {
-        location: dir.to_path_buf(),
-        metadata,
-        states,
-        coordinator_states,
+    let metadata = decode_metadata(&meta_path, &bytes, expected_id, fingerprint)?;
+    assemble(dir.to_path_buf(), metadata, |file_name| {
+        sfs::read_framed(&dir.join(file_name), FileKind::State)
     })
 }

@@ -60,12 +60,13 @@
 //! ```
 
 mod error;
-mod format;
+pub mod format;
 mod fs;
 mod local;
 mod metadata;
 #[cfg(test)]
 mod tests;
+mod verify;
 
 pub use error::{Corruption, StorageError};
 pub use local::{LocalCheckpointStorage, RestorePathKind, restore_path_kind, validate_directory};
@@ -73,6 +74,7 @@ pub use metadata::{
     CheckpointMetadata, CoordinatorStateHandle, OperatorInfo, RestoreOutcome, RestoredCheckpoint,
     SkippedCheckpoint, StateFileHandle,
 };
+pub use verify::{assemble, decode_metadata};
 
 use futures::future::BoxFuture;
 use sluice_core::{CheckpointId, NodeId, SubtaskIndex};

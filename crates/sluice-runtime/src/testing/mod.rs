@@ -43,11 +43,13 @@ mod coordinator;
 mod gate;
 mod harness;
 mod pass_through;
+mod services;
 
 pub use coordinator::{CoordinatorFault, CoordinatorFaultInjector, FaultyLogic, IgnoreEvents};
 pub use gate::InputGate;
 pub use harness::OperatorTestHarness;
 pub use pass_through::{HookResult, PassThrough};
+pub use services::{create_s3_bucket, required_env};
 
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::state::{OperatorState, ValueState};

@@ -1,0 +1,238 @@
+//! The storage contract over an in-memory object store: round trip, retention, garbage of
+//! incomplete checkpoints, damage skipped on restore, and refusals that name the object.
+
+use super::*;
+use object_store::memory::InMemory;
+use sluice_runtime::storage::OperatorInfo;
+
+const JOB: &str = "job-v1";
+
+fn storage(retained: usize) -> (ObjectStoreCheckpointStorage, Arc<InMemory>) {
+    let store = Arc::new(InMemory::new());
+    let storage = ObjectStoreCheckpointStorage::new(
+        store.clone(),
+        "checkpoints/job",
+        "s3://bucket/checkpoints/job",
+        NonZeroUsize::new(retained).unwrap(),
+    );
+    (storage, store)
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// Writes checkpoint `id` of one operator with two subtasks and a coordinator, and completes it.
+async fn checkpoint(s: &ObjectStoreCheckpointStorage, id: u64) -> Vec<CheckpointId> {
+    let id = CheckpointId(id);
+    let mut files = Vec::new();
+    for subtask in 0..2 {
+        let payload = format!("state {id} {subtask}").into_bytes();
+        files.push(
+            s.write_state(id, NodeId(0), subtask, payload)
+                .await
+                .unwrap(),
+        );
+    }
+    let coordinator = s
+        .write_coordinator_state(id, NodeId(0), b"enumerator".to_vec())
+        .await
+        .unwrap();
+    s.complete(CheckpointMetadata {
+        job_fingerprint: JOB.into(),
+        checkpoint_id: id,
+        timestamp_ms: 1,
+        operators: vec![OperatorInfo {
+            node: NodeId(0),
+            parallelism: 2,
+            max_parallelism: 128,
+        }],
+        state_files: files,
+        coordinator_states: vec![coordinator],
+    })
+    .await
+    .unwrap()
+}
+
+#[test]
+fn checkpoints_round_trip_and_only_the_newest_are_retained() {
+    let (s, _) = storage(2);
+    block_on(async {
+        assert_eq!(s.initialize().await.unwrap(), vec![]);
+        assert_eq!(checkpoint(&s, 1).await, vec![]);
+        assert_eq!(checkpoint(&s, 2).await, vec![]);
+        assert_eq!(checkpoint(&s, 3).await, vec![CheckpointId(1)]);
+        assert_eq!(
+            s.completed().await.unwrap(),
+            vec![CheckpointId(2), CheckpointId(3)]
+        );
+        let restored = s.load(CheckpointId(2), JOB).await.unwrap();
+        assert_eq!(restored.state(NodeId(0), 1), Some(&b"state 2 1"[..]));
+        assert_eq!(
+            restored.coordinator_state(NodeId(0)),
+            Some(&b"enumerator"[..])
+        );
+        assert_eq!(
+            restored.location(),
+            std::path::Path::new("s3://bucket/checkpoints/job/chk-2")
+        );
+        let latest = s.latest_valid(JOB).await.unwrap();
+        assert_eq!(latest.restored.map(|r| r.id()), Some(CheckpointId(3)));
+        assert!(latest.skipped.is_empty());
+    });
+}
+
+#[test]
+fn incomplete_checkpoints_are_garbage() {
+    let (s, store) = storage(3);
+    block_on(async {
+        checkpoint(&s, 1).await;
+        s.write_state(CheckpointId(2), NodeId(0), 0, b"half".to_vec())
+            .await
+            .unwrap();
+        // An object that is not a checkpoint's is left alone.
+        store
+            .put(
+                &"checkpoints/job/notes.txt".into(),
+                PutPayload::from("mine"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(s.completed().await.unwrap(), vec![CheckpointId(1)]);
+        assert_eq!(s.initialize().await.unwrap(), vec![CheckpointId(2)]);
+        assert!(
+            !s.list_checkpoints()
+                .await
+                .unwrap()
+                .contains_key(&CheckpointId(2))
+        );
+        assert!(
+            store
+                .head(&"checkpoints/job/notes.txt".into())
+                .await
+                .is_ok()
+        );
+        // Restoring also removes them, reporting each.
+        s.write_state(CheckpointId(3), NodeId(0), 0, b"half".to_vec())
+            .await
+            .unwrap();
+        let latest = s.latest_valid(JOB).await.unwrap();
+        assert_eq!(latest.restored.map(|r| r.id()), Some(CheckpointId(1)));
+        assert_eq!(latest.skipped.len(), 1);
+        assert_eq!(latest.skipped[0].id, CheckpointId(3));
+    });
+}
+
+#[test]
+fn a_damaged_checkpoint_is_skipped_on_restore_naming_the_object() {
+    let (s, store) = storage(3);
+    block_on(async {
+        checkpoint(&s, 1).await;
+        checkpoint(&s, 2).await;
+        let object: ObjectPath = "checkpoints/job/chk-2/node-0.subtask-1.state".into();
+        let mut bytes = store
+            .get(&object)
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+            .to_vec();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        store.put(&object, PutPayload::from(bytes)).await.unwrap();
+
+        let latest = s.latest_valid(JOB).await.unwrap();
+        assert_eq!(latest.restored.map(|r| r.id()), Some(CheckpointId(1)));
+        let error = latest.skipped[0].error.to_string();
+        assert!(
+            error.contains("s3://bucket/checkpoints/job/chk-2/node-0.subtask-1.state"),
+            "{error}"
+        );
+        // Loading that one checkpoint fails instead of falling back.
+        let err = s.load(CheckpointId(2), JOB).await.unwrap_err();
+        assert!(matches!(err, StorageError::Corrupt { .. }), "{err}");
+        // Another job's checkpoint is an error, not a reason to fall back.
+        let err = s.latest_valid("job-v2").await.unwrap_err();
+        assert!(
+            matches!(err, StorageError::FingerprintMismatch { .. }),
+            "{err}"
+        );
+    });
+}
+
+#[test]
+fn a_complete_checkpoint_is_not_written_again_and_a_missing_file_blocks_completion() {
+    let (s, _) = storage(3);
+    block_on(async {
+        checkpoint(&s, 1).await;
+        let err = s
+            .write_state(CheckpointId(1), NodeId(0), 0, b"late".to_vec())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StorageError::AlreadyComplete { .. }), "{err}");
+
+        let written = s
+            .write_state(CheckpointId(2), NodeId(0), 0, b"a".to_vec())
+            .await
+            .unwrap();
+        let mut missing = written.clone();
+        missing.subtask = 1;
+        missing.file_name = format::state_file_name(NodeId(0), 1);
+        let err = s
+            .complete(CheckpointMetadata {
+                job_fingerprint: JOB.into(),
+                checkpoint_id: CheckpointId(2),
+                timestamp_ms: 1,
+                operators: vec![OperatorInfo {
+                    node: NodeId(0),
+                    parallelism: 2,
+                    max_parallelism: 128,
+                }],
+                state_files: vec![written, missing],
+                coordinator_states: vec![],
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("s3://bucket/checkpoints/job/chk-2/node-0.subtask-1.state"),
+            "{err}"
+        );
+        assert_eq!(s.completed().await.unwrap(), vec![CheckpointId(1)]);
+        s.discard(CheckpointId(2)).await.unwrap();
+        s.discard(CheckpointId(9)).await.unwrap();
+        assert!(
+            !s.list_checkpoints()
+                .await
+                .unwrap()
+                .contains_key(&CheckpointId(2))
+        );
+    });
+}
+
+#[test]
+fn urls_that_name_no_store_are_refused_naming_them() {
+    let one = NonZeroUsize::MIN;
+    let err = ObjectStoreCheckpointStorage::from_url("not a url", Vec::<(&str, &str)>::new(), one)
+        .unwrap_err();
+    assert!(err.to_string().contains("\"not a url\""), "{err}");
+    let err = ObjectStoreCheckpointStorage::from_url(
+        "ftp://host/checkpoints",
+        Vec::<(&str, &str)>::new(),
+        one,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("ftp://host/checkpoints"), "{err}");
+    let s = ObjectStoreCheckpointStorage::from_url(
+        "s3://bucket/a/b/",
+        [("aws_region", "us-east-1")],
+        one,
+    )
+    .unwrap();
+    assert_eq!(s.location(), "s3://bucket/a/b");
+}
