@@ -112,6 +112,49 @@ pub fn prove(secret: &Secret, role: Role, client: &Nonce, server: &Nonce) -> [u8
         .into()
 }
 
+/// The bearer token of request-based protocols (the gRPC control plane), derived from the
+/// secret so that the secret itself never crosses the wire: hex of HMAC-SHA256 over a fixed
+/// label. Compare tokens with [`token_matches`].
+///
+/// ```
+/// use sluice_net::auth::{Secret, bearer_token, token_matches};
+///
+/// let secret = Secret::new(b"a long random shared secret".to_vec()).unwrap();
+/// let token = bearer_token(&secret);
+/// assert_eq!(token.len(), 64);
+/// assert!(token_matches(&secret, &token));
+/// assert!(!token_matches(&secret, "0123"));
+/// ```
+pub fn bearer_token(secret: &Secret) -> String {
+    let tag = token_mac(secret).finalize().into_bytes();
+    tag.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `token` is the secret's [`bearer_token`] (compared in constant time).
+pub fn token_matches(secret: &Secret, token: &str) -> bool {
+    let Some(bytes) = decode_hex(token) else {
+        return false;
+    };
+    token_mac(secret).verify_slice(&bytes).is_ok()
+}
+
+fn token_mac(secret: &Secret) -> Hmac<Sha256> {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&secret.0)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts keys of every length"));
+    mac.update(b"sluice-control/1 bearer token");
+    mac
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect()
+}
+
 /// Whether `proof` is `role`'s proof for these nonces (compared in constant time).
 pub fn verify(secret: &Secret, role: Role, client: &Nonce, server: &Nonce, proof: &[u8]) -> bool {
     mac(secret, role, client, server)

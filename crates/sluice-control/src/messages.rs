@@ -1,0 +1,246 @@
+//! The control plane's messages (protobuf, through `prost`'s derive: no `.proto` compiler at
+//! build time). Runtime-specific content (a task's deployment descriptor, an operator event)
+//! travels as opaque bytes the runtime encodes; everything the control plane itself decides on
+//! (fences, ids, checkpoint ids, state handles) is typed.
+
+use sluice_cluster::fencing::Fence;
+
+/// A [`Fence`] on the wire.
+#[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+pub struct FenceMsg {
+    /// The job master's epoch.
+    #[prost(uint64, tag = "1")]
+    pub epoch: u64,
+    /// The job's attempt.
+    #[prost(uint32, tag = "2")]
+    pub attempt: u32,
+}
+
+impl From<Fence> for FenceMsg {
+    fn from(f: Fence) -> Self {
+        FenceMsg {
+            epoch: f.epoch,
+            attempt: f.attempt,
+        }
+    }
+}
+
+impl From<FenceMsg> for Fence {
+    fn from(f: FenceMsg) -> Self {
+        Fence::new(f.epoch, f.attempt)
+    }
+}
+
+/// One subtask of the job graph: its vertex and index.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, prost::Message)]
+pub struct TaskId {
+    /// The job vertex (chain) id.
+    #[prost(uint32, tag = "1")]
+    pub vertex: u32,
+    /// The subtask index.
+    #[prost(uint32, tag = "2")]
+    pub subtask: u32,
+}
+
+/// A task manager offers its slots (task manager → job master).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RegisterTaskManager {
+    /// The task manager's name, unique in the cluster.
+    #[prost(string, tag = "1")]
+    pub task_manager: String,
+    /// How many subtasks it runs at once.
+    #[prost(uint32, tag = "2")]
+    pub slots: u32,
+    /// Where its data plane listens (`host:port`).
+    #[prost(string, tag = "3")]
+    pub data_address: String,
+    /// Where its control service listens (`host:port`).
+    #[prost(string, tag = "4")]
+    pub control_address: String,
+}
+
+/// The job master's answer to a registration.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Registered {
+    /// The job master's current fence: the task manager adopts it.
+    #[prost(message, optional, tag = "1")]
+    pub fence: Option<FenceMsg>,
+    /// How often to send heartbeats, in milliseconds.
+    #[prost(uint64, tag = "2")]
+    pub heartbeat_interval_ms: u64,
+    /// After how long without a heartbeat either side declares the other lost.
+    #[prost(uint64, tag = "3")]
+    pub heartbeat_timeout_ms: u64,
+}
+
+/// A heartbeat, either way.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Heartbeat {
+    /// The sender's fence.
+    #[prost(message, optional, tag = "1")]
+    pub fence: Option<FenceMsg>,
+    /// The task manager it comes from or goes to.
+    #[prost(string, tag = "2")]
+    pub task_manager: String,
+}
+
+/// What happened to a task (task manager → job master).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TaskReport {
+    /// The attempt it belongs to.
+    #[prost(message, optional, tag = "1")]
+    pub fence: Option<FenceMsg>,
+    /// The task.
+    #[prost(message, optional, tag = "2")]
+    pub task: Option<TaskId>,
+    /// Its new state.
+    #[prost(enumeration = "TaskState", tag = "3")]
+    pub state: i32,
+    /// Why it failed, for a failure.
+    #[prost(string, tag = "4")]
+    pub message: String,
+}
+
+/// The states a task reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+#[repr(i32)]
+pub enum TaskState {
+    /// Deployed and running.
+    Running = 0,
+    /// Its input ended and it finished.
+    Finished = 1,
+    /// It failed (the report's message says why).
+    Failed = 2,
+}
+
+/// One state file a task wrote for a checkpoint.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StateHandle {
+    /// The operator.
+    #[prost(uint32, tag = "1")]
+    pub node: u32,
+    /// The subtask.
+    #[prost(uint32, tag = "2")]
+    pub subtask: u32,
+    /// The file's name in the checkpoint.
+    #[prost(string, tag = "3")]
+    pub file_name: String,
+    /// Its payload's length.
+    #[prost(uint64, tag = "4")]
+    pub length: u64,
+    /// Its payload's CRC32.
+    #[prost(uint32, tag = "5")]
+    pub crc32: u32,
+}
+
+/// A task wrote its state for a checkpoint (task manager → job master).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CheckpointAck {
+    /// The attempt.
+    #[prost(message, optional, tag = "1")]
+    pub fence: Option<FenceMsg>,
+    /// The checkpoint.
+    #[prost(uint64, tag = "2")]
+    pub checkpoint: u64,
+    /// The task.
+    #[prost(message, optional, tag = "3")]
+    pub task: Option<TaskId>,
+    /// The files it wrote.
+    #[prost(message, repeated, tag = "4")]
+    pub state: Vec<StateHandle>,
+}
+
+/// Start a checkpoint at a source task (job master → task manager).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TriggerCheckpoint {
+    /// The attempt.
+    #[prost(message, optional, tag = "1")]
+    pub fence: Option<FenceMsg>,
+    /// The checkpoint.
+    #[prost(uint64, tag = "2")]
+    pub checkpoint: u64,
+    /// Its timestamp, milliseconds since the epoch.
+    #[prost(uint64, tag = "3")]
+    pub timestamp_ms: u64,
+    /// The source tasks to inject the barrier at.
+    #[prost(message, repeated, tag = "4")]
+    pub tasks: Vec<TaskId>,
+}
+
+/// An operator event, either way between a coordinator and a subtask.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OperatorEvent {
+    /// The attempt.
+    #[prost(message, optional, tag = "1")]
+    pub fence: Option<FenceMsg>,
+    /// The operator.
+    #[prost(uint32, tag = "2")]
+    pub node: u32,
+    /// The subtask.
+    #[prost(uint32, tag = "3")]
+    pub subtask: u32,
+    /// The event, as the runtime encoded it.
+    #[prost(bytes = "vec", tag = "4")]
+    pub payload: Vec<u8>,
+}
+
+/// Run a task (job master → task manager).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DeployTask {
+    /// The attempt.
+    #[prost(message, optional, tag = "1")]
+    pub fence: Option<FenceMsg>,
+    /// The task.
+    #[prost(message, optional, tag = "2")]
+    pub task: Option<TaskId>,
+    /// What to run and where its inputs and outputs are, as the runtime encoded it.
+    #[prost(bytes = "vec", tag = "3")]
+    pub descriptor: Vec<u8>,
+}
+
+/// Stop the tasks of an attempt (job master → task manager).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CancelTasks {
+    /// The attempt whose tasks stop.
+    #[prost(message, optional, tag = "1")]
+    pub fence: Option<FenceMsg>,
+}
+
+/// An answer with nothing in it.
+#[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+pub struct Ack {}
+
+/// Messages that carry a fence.
+pub trait Fenced {
+    /// Whether a message of this type must carry one (all but a registration).
+    const FENCED: bool = true;
+    /// The fence, if the sender set one.
+    fn fence(&self) -> Option<Fence>;
+}
+
+impl Fenced for RegisterTaskManager {
+    const FENCED: bool = false;
+    fn fence(&self) -> Option<Fence> {
+        None
+    }
+}
+
+macro_rules! fenced {
+    ($($t:ty),*) => {
+        $(impl Fenced for $t {
+            fn fence(&self) -> Option<Fence> {
+                self.fence.map(Fence::from)
+            }
+        })*
+    };
+}
+
+fenced!(
+    Heartbeat,
+    TaskReport,
+    CheckpointAck,
+    TriggerCheckpoint,
+    OperatorEvent,
+    DeployTask,
+    CancelTasks
+);

@@ -1,0 +1,68 @@
+//! The two services of the control plane: the job master's (task managers call it) and the
+//! task managers' (the job master calls it).
+
+use crate::messages::*;
+use crate::service::control_service;
+
+control_service! {
+    /// What the job master answers (task managers call it): registration, heartbeats, task
+    /// reports, checkpoint acknowledgements with their state handles, and operator events from
+    /// subtasks to coordinators. Requests other than a registration must carry the job
+    /// master's epoch; the server refuses others before the method runs.
+    service JobMaster as "sluice.control.JobMaster", server JobMasterServer, client JobMasterClient {
+        /// A task manager offers its slots; the answer carries the fence to use.
+        fn register(RegisterTaskManager) -> Registered = "/sluice.control.JobMaster/Register";
+        /// A task manager is alive.
+        fn heartbeat(Heartbeat) -> Heartbeat = "/sluice.control.JobMaster/Heartbeat";
+        /// A task changed state.
+        fn report_task(TaskReport) -> Ack = "/sluice.control.JobMaster/ReportTask";
+        /// A task wrote its state for a checkpoint.
+        fn acknowledge_checkpoint(CheckpointAck) -> Ack = "/sluice.control.JobMaster/AcknowledgeCheckpoint";
+        /// A subtask sends an event to its operator's coordinator.
+        fn send_operator_event(OperatorEvent) -> Ack = "/sluice.control.JobMaster/SendOperatorEvent";
+    }
+}
+
+control_service! {
+    /// What a task manager answers (the job master calls it): deployment, checkpoint triggers,
+    /// operator events from coordinators to subtasks, cancellation and heartbeats. The server
+    /// keeps the newest fence it has seen and refuses older ones, so a deposed job master or a
+    /// failed attempt can no longer act.
+    service TaskManager as "sluice.control.TaskManager", server TaskManagerServer, client TaskManagerClient {
+        /// Run a task of the current attempt.
+        fn deploy(DeployTask) -> Ack = "/sluice.control.TaskManager/Deploy";
+        /// Inject a checkpoint barrier at source tasks.
+        fn trigger_checkpoint(TriggerCheckpoint) -> Ack = "/sluice.control.TaskManager/TriggerCheckpoint";
+        /// A coordinator sends an event to a subtask.
+        fn deliver_operator_event(OperatorEvent) -> Ack = "/sluice.control.TaskManager/DeliverOperatorEvent";
+        /// Stop every task of an attempt.
+        fn cancel(CancelTasks) -> Ack = "/sluice.control.TaskManager/Cancel";
+        /// The job master is alive.
+        fn heartbeat(Heartbeat) -> Heartbeat = "/sluice.control.TaskManager/Heartbeat";
+    }
+}
+
+impl<T> JobMasterServer<T> {
+    /// A server for `service`, the job master of `epoch`.
+    pub fn new(service: T, epoch: u64) -> Self {
+        JobMasterServer {
+            inner: std::sync::Arc::new(service),
+            fences: std::sync::Arc::new(crate::service::FencePolicy::Epoch(epoch)),
+        }
+    }
+}
+
+impl<T> TaskManagerServer<T> {
+    /// A server for `service`, accepting the newest fence it sees.
+    pub fn new(service: T) -> Self {
+        TaskManagerServer {
+            inner: std::sync::Arc::new(service),
+            fences: std::sync::Arc::new(crate::service::FencePolicy::Newest(Default::default())),
+        }
+    }
+
+    /// The newest fence this task manager has accepted.
+    pub fn fence(&self) -> Option<sluice_cluster::fencing::Fence> {
+        self.fences.current()
+    }
+}
