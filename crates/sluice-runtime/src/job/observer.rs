@@ -137,7 +137,9 @@ impl GraphLayout {
                 .first()
                 .is_some_and(|h| matches!(graph.nodes[h.0].kind, NodeKind::Source(_)));
             let names: Vec<&str> = operators.iter().map(|(_, n)| n.as_str()).collect();
-            let name = if is_source {
+            // A source's chain starts with "Source: " (unless its name says so already), as
+            // Flink names it.
+            let name = if is_source && !names.first().is_some_and(|n| n.starts_with("Source")) {
                 format!("Source: {}", names.join(" -> "))
             } else {
                 names.join(" -> ")
