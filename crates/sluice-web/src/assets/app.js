@@ -37,9 +37,9 @@ async function get(path) {
 
 function rate(x) {
   if (x === null || x === undefined) return "–";
-  if (x >= 1e6) return (x / 1e6).toFixed(2) + " M";
-  if (x >= 1e3) return (x / 1e3).toFixed(1) + " k";
-  return x.toFixed(x < 10 ? 1 : 0) + " ";
+  if (x >= 1e6) return (x / 1e6).toFixed(2) + "M";
+  if (x >= 1e3) return (x / 1e3).toFixed(1) + "k";
+  return x.toFixed(x < 10 ? 1 : 0);
 }
 
 function bytes(n) {
@@ -84,30 +84,72 @@ function layout(job) {
   for (const v of job.vertices) {
     const col = level[v.id];
     const row = rows[col] || 0;
-    const height = 74 + 19 * v.operators.length;
-    pos[v.id] = { col, row, height };
+    pos[v.id] = { col, row, x: PAD + col * (BOX_W + COL_GAP), y: PAD, height: 0 };
     rows[col] = row + 1;
   }
-  // Rows are as tall as the tallest box in any column at that row.
+  const width = PAD * 2 + (Math.max(0, ...Object.values(level)) + 1) * (BOX_W + COL_GAP) - COL_GAP;
+  return { pos, width };
+}
+
+// Rows are as tall as the tallest box drawn in them, in any column.
+function placeRows(pos) {
   const rowHeight = {};
   for (const p of Object.values(pos)) rowHeight[p.row] = Math.max(rowHeight[p.row] || 0, p.height);
   const rowTop = {};
   let top = PAD;
   for (let r = 0; r in rowHeight; r++) { rowTop[r] = top; top += rowHeight[r] + ROW_GAP; }
-  for (const p of Object.values(pos)) {
-    p.x = PAD + p.col * (BOX_W + COL_GAP);
-    p.y = rowTop[p.row];
-  }
-  const width = PAD * 2 + (Math.max(0, ...Object.values(level)) + 1) * (BOX_W + COL_GAP) - COL_GAP;
-  return { pos, inputs, width, height: top - ROW_GAP + PAD };
+  for (const p of Object.values(pos)) p.y = rowTop[p.row];
+  return top - ROW_GAP + PAD;
+}
+
+function vertexBox(v, p) {
+  const m = v.metrics;
+  const level = v["backpressure-level"] || "ok";
+  const perSecond = m["records-per-second"];
+  const bp = m["backpressure-ratio"];
+  const busy = m["busy-ratio"];
+  const known = x => x !== null && x !== undefined;
+  const ops = el("ul", { class: "ops" });
+  for (const o of v.operators) ops.append(el("li", { "data-operator": o.name, title: o.name }, o.name));
+  return el("div", {
+    class: "vertex bp-" + level,
+    "data-vertex": v.id,
+    "data-name": v.name,
+    "data-parallelism": v.parallelism,
+    "data-status": v.status,
+    "data-rate": known(perSecond) ? perSecond.toFixed(1) : "",
+    "data-records-in": m["read-records"],
+    "data-records-out": m["write-records"],
+    "data-backpressure": level,
+    "data-backpressure-ratio": known(bp) ? bp.toFixed(3) : "",
+    style: `left:${p.x}px;top:${p.y}px`,
+    title: v.name,
+  },
+    ops,
+    el("div", { class: "rate" }, rate(perSecond) + " records/s"),
+    el("div", { class: "meta" },
+      "parallelism " + v.parallelism + " · " + v.status.toLowerCase() +
+      " · backpressured " + (known(bp) ? Math.round(bp * 100) + " %" : "–") +
+      " · busy " + (known(busy) ? Math.round(busy * 100) + " %" : "–")),
+    el("div", { class: "meta" }, "in " + m["read-records"] + " · out " + m["write-records"]),
+  );
 }
 
 function drawGraph(job) {
   const graph = document.getElementById("graph");
-  const { pos, width, height } = layout(job);
-  graph.style.height = height + "px";
+  const { pos, width } = layout(job);
   graph.setAttribute("data-sampled-at", job.rates ? job.rates["sampled-at"] : "");
   for (const old of graph.querySelectorAll(".vertex")) old.remove();
+  // Boxes first, then their measured heights place the rows and the edges.
+  const boxes = {};
+  for (const v of job.vertices) {
+    boxes[v.id] = vertexBox(v, pos[v.id]);
+    graph.append(boxes[v.id]);
+  }
+  for (const [id, box] of Object.entries(boxes)) pos[id].height = box.offsetHeight;
+  const height = placeRows(pos);
+  for (const [id, box] of Object.entries(boxes)) box.style.top = pos[id].y + "px";
+  graph.style.height = height + "px";
   const edges = document.getElementById("edges");
   edges.replaceChildren();
   edges.setAttribute("width", width);
@@ -133,38 +175,6 @@ function drawGraph(job) {
       label.textContent = input.ship_strategy;
       edges.append(label);
     }
-  }
-  for (const v of job.vertices) {
-    const p = pos[v.id];
-    const m = v.metrics;
-    const level = v["backpressure-level"] || "ok";
-    const perSecond = m["records-per-second"];
-    const bp = m["backpressure-ratio"];
-    const ops = el("ul", { class: "ops" });
-    for (const o of v.operators) ops.append(el("li", { "data-operator": o.name, title: o.name }, o.name));
-    const box = el("div", {
-      class: "vertex bp-" + level,
-      "data-vertex": v.id,
-      "data-name": v.name,
-      "data-parallelism": v.parallelism,
-      "data-status": v.status,
-      "data-rate": perSecond === null || perSecond === undefined ? "" : perSecond.toFixed(1),
-      "data-records-in": m["read-records"],
-      "data-records-out": m["write-records"],
-      "data-backpressure": level,
-      "data-backpressure-ratio": bp === null || bp === undefined ? "" : bp.toFixed(3),
-      style: `left:${p.x}px;top:${p.y}px;min-height:${p.height}px`,
-      title: v.name,
-    },
-      ops,
-      el("div", { class: "rate" }, rate(perSecond) + "records/s"),
-      el("div", { class: "meta" },
-        "parallelism " + v.parallelism + " · " + v.status.toLowerCase() +
-        " · backpressured " + (bp === null || bp === undefined ? "–" : Math.round(bp * 100) + " %") +
-        " · busy " + (m["busy-ratio"] === null || m["busy-ratio"] === undefined ? "–" : Math.round(m["busy-ratio"] * 100) + " %")),
-      el("div", { class: "meta" }, "in " + m["read-records"] + " · out " + m["write-records"]),
-    );
-    graph.append(box);
   }
 }
 
