@@ -1,12 +1,14 @@
 //! The Prometheus endpoint answers a scrape over HTTP with the expected metric families while a
 //! job runs: per operator subtask records, times, coordinator events and the async operator's
-//! in-flight gauge and latency histogram; checkpoints, restarts and the job's state.
+//! in-flight gauge and latency histogram, the range shuffle's coordinator events; checkpoints,
+//! restarts and the job's state.
 
 mod common;
 
 use common::{get, records_out, wait_for};
 use sluice_async_io::{AsyncWait, async_fn};
 use sluice_runtime::prelude::*;
+use sluice_shuffle::{RangeShuffle, RangeShuffleConfig};
 use std::time::Duration;
 
 /// The values of the samples of `name` labelled with operator `operator`.
@@ -37,18 +39,39 @@ async fn the_prometheus_endpoint_answers_with_the_expected_metrics_while_a_job_r
     .unordered()
     .apply(&numbers.rebalance())
     .unwrap()
+    .range_shuffle(
+        |x: &u64| *x % 100,
+        RangeShuffleConfig::default().name("shuffle"),
+    )
     .discard();
     let job = env.submit("metrics-test").unwrap();
     let observer = job.observer();
     let metrics = sluice_web::serve_prometheus("127.0.0.1:0", observer.clone())
         .await
         .unwrap();
-    wait_for(
-        &observer,
-        "records through the lookup and a checkpoint",
-        |s| records_out(s, "lookup") > 0 && s.checkpoints.counts.completed >= 1,
-    )
+    let events = |s: &sluice_runtime::JobStatus, to: bool| {
+        s.operator("shuffle").map_or(0, |o| {
+            o.subtasks
+                .iter()
+                .map(|t| {
+                    if to {
+                        t.events_to_coordinator
+                    } else {
+                        t.events_from_coordinator
+                    }
+                })
+                .sum::<u64>()
+        })
+    };
+    // The shuffle sends its statistics at each checkpoint; its coordinator sends them back.
+    let status = wait_for(&observer, "records, checkpoints, coordinator events", |s| {
+        records_out(s, "lookup") > 0
+            && s.checkpoints.counts.completed >= 1
+            && events(s, true) > 0
+            && events(s, false) > 0
+    })
     .await;
+    assert!(status.edges.iter().any(|e| e.ship_strategy == "RANGE"));
 
     let (status, text) = get(metrics.local_addr(), "/metrics").await;
     assert_eq!(status, 200);
@@ -96,6 +119,20 @@ async fn the_prometheus_endpoint_answers_with_the_expected_metrics_while_a_job_r
     )
     .sum();
     assert!(latency > 0.0, "{text}");
+    let sent: f64 = values(
+        &text,
+        "sluice_operator_coordinator_events_sent_total",
+        "shuffle",
+    )
+    .sum();
+    assert!(sent > 0.0, "{text}");
+    let received: f64 = values(
+        &text,
+        "sluice_operator_coordinator_events_received_total",
+        "shuffle",
+    )
+    .sum();
+    assert!(received > 0.0, "{text}");
     assert!(text.contains("sluice_job_state{job=\"metrics-test\","));
     assert!(text.contains(",state=\"RUNNING\"} 1\n"));
     assert!(text.contains("sluice_checkpoint_duration_seconds_bucket{job=\"metrics-test\""));

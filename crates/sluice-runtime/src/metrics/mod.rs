@@ -575,3 +575,131 @@ impl JobMetrics {
             .filter(move |s| s.operator_name == name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source whose counter and gauge a test sets.
+    #[derive(Default)]
+    struct Fixed {
+        count: AtomicU64,
+        gauge: AtomicU64,
+    }
+
+    impl MetricSource for Fixed {
+        fn report(&self, out: &mut MetricsReport) {
+            out.counter("done", self.count.load(Ordering::Relaxed));
+            out.gauge("waiting", self.gauge.load(Ordering::Relaxed) as i64);
+            let mut h = HistogramSnapshot::new(vec![1.0, 10.0]);
+            for _ in 0..self.count.load(Ordering::Relaxed) {
+                h.observe(0.5);
+            }
+            out.histogram("seconds", &h);
+        }
+    }
+
+    fn fixed(count: u64, gauge: u64) -> Arc<Fixed> {
+        let f = Fixed::default();
+        f.count.store(count, Ordering::Relaxed);
+        f.gauge.store(gauge, Ordering::Relaxed);
+        Arc::new(f)
+    }
+
+    #[test]
+    fn a_replaced_source_keeps_its_counts_but_not_its_gauges() {
+        let m = OperatorMetrics::default();
+        assert!(m.register_source("s", fixed(5, 9)));
+        assert!(m.register_source("s", fixed(2, 1))); // the subtask restarted
+        let r = m.report();
+        assert_eq!(r.counters["done"], 7);
+        assert_eq!(r.gauges["waiting"], 1);
+        assert_eq!(r.histograms["seconds"].count(), 7);
+        let s = SubtaskMetrics::read(NodeId(3), "op", 1, &m);
+        assert_eq!(s.counters["done"], 7);
+        assert_eq!(s.histograms["seconds"].count(), 7);
+    }
+
+    #[test]
+    fn sources_and_names_are_bounded() {
+        let m = OperatorMetrics::default();
+        for i in 0..MAX_METRIC_SOURCES {
+            assert!(m.register_source(&format!("s{i}"), fixed(1, 0)));
+        }
+        assert!(!m.register_source("one too many", fixed(1, 0)));
+        assert!(
+            m.register_source("s0", fixed(1, 0)),
+            "a known name replaces"
+        );
+        let mut r = MetricsReport::default();
+        for i in 0..MAX_REPORTED_METRICS + 10 {
+            r.counter(&format!("c{i}"), 1);
+            r.gauge(&format!("g{i}"), 1);
+            r.histogram(&format!("h{i}"), &HistogramSnapshot::new(vec![1.0]));
+        }
+        assert_eq!(r.counters.len(), MAX_REPORTED_METRICS);
+        assert_eq!(r.gauges.len(), MAX_REPORTED_METRICS);
+        assert_eq!(r.histograms.len(), MAX_REPORTED_METRICS);
+        let wide = HistogramSnapshot::new((0..1000).map(f64::from).collect());
+        assert_eq!(wide.bounds.len(), MAX_HISTOGRAM_BOUNDS);
+        assert_eq!(wide.counts.len(), MAX_HISTOGRAM_BOUNDS + 1);
+    }
+
+    #[test]
+    fn histograms_merge_by_bucket_or_by_upper_bound() {
+        let mut a = HistogramSnapshot::new(vec![1.0, 10.0]);
+        a.observe(0.5);
+        let mut same = HistogramSnapshot::new(vec![1.0, 10.0]);
+        same.observe(5.0);
+        same.observe(50.0);
+        a.merge(&same);
+        assert_eq!(a.counts, vec![1, 1, 1]);
+        assert_eq!(a.sum, 55.5);
+        // Other bounds: each bucket lands where its upper bound falls.
+        let mut other = HistogramSnapshot::new(vec![0.1, 2.0]);
+        other.observe(0.05); // (.., 0.1] -> (.., 1]
+        other.observe(1.5); // (0.1, 2] -> (1, 10]
+        other.observe(3.0); // (2, ..) -> overflow
+        a.merge(&other);
+        assert_eq!(a.counts, vec![2, 2, 2]);
+        let cumulative: Vec<(f64, u64)> = a.cumulative().collect();
+        assert_eq!(cumulative, vec![(1.0, 2), (10.0, 4), (f64::INFINITY, 6)]);
+        // An empty histogram without bounds takes the other's.
+        let mut empty = HistogramSnapshot::default();
+        empty.merge(&other);
+        assert_eq!(empty, other);
+    }
+
+    #[test]
+    fn accumulate_sums_events_counters_and_histograms_and_keeps_later_gauges() {
+        let mut report = MetricsReport::default();
+        report.counter("done", 2);
+        report.gauge("waiting", 5);
+        report.histogram("seconds", &{
+            let mut h = HistogramSnapshot::new(vec![1.0]);
+            h.observe(0.5);
+            h
+        });
+        let one = |waiting: i64| SubtaskMetrics {
+            operator_id: NodeId(1),
+            operator_name: "op".into(),
+            events_to_coordinator: 3,
+            events_from_coordinator: 1,
+            gauges: [("waiting".to_string(), waiting)].into(),
+            counters: report.counters.clone(),
+            histograms: report.histograms.clone(),
+            ..Default::default()
+        };
+        let mut job = JobMetrics {
+            subtasks: vec![one(5)],
+        };
+        job.accumulate(&JobMetrics {
+            subtasks: vec![one(8)],
+        });
+        let s = &job.subtasks[0];
+        assert_eq!((s.events_to_coordinator, s.events_from_coordinator), (6, 2));
+        assert_eq!(s.counters["done"], 4);
+        assert_eq!(s.histograms["seconds"].count(), 2);
+        assert_eq!(s.gauges["waiting"], 8);
+    }
+}
