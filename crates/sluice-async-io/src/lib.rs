@@ -95,5 +95,5 @@ pub use error::AsyncCallError;
 pub use function::{
     AsyncFn, AsyncFunction, AsyncTimeoutError, FailOnTimeout, TimeoutHandler, async_fn,
 };
-pub use metrics::{AsyncMetrics, AsyncMetricsSnapshot, LatencyHistogram};
+pub use metrics::{AsyncMetrics, AsyncMetricsSnapshot, LATENCY_BOUNDS_SECONDS, LatencyHistogram};
 pub use retry::{AsyncRetryStrategy, RetryStrategyBuilder};

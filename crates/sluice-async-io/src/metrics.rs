@@ -5,8 +5,16 @@
 //! registers its counters in it when it opens, so the handle can be read while the job runs and
 //! after it ended. The operator counts in plain local variables and publishes them to the shared
 //! atomics once per batch of work, never per record.
+//!
+//! The same counters are a [`MetricSource`] of the subtask's
+//! [`OperatorMetrics`](sluice_runtime::OperatorMetrics), registered under `"async"` when it
+//! opens: a job's live view and its exporters (the Prometheus endpoint, the web dashboard) see
+//! `async_in_flight` (gauge), `async_completed`, `async_timeouts`, `async_retries`,
+//! `async_failures`, `async_batches` (counters) and `async_latency_seconds` (a histogram over
+//! [`LATENCY_BOUNDS_SECONDS`]), read only when they are read.
 
 use sluice_core::sync::lock;
+use sluice_runtime::metrics::{HistogramSnapshot, MetricSource, MetricsReport};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -95,6 +103,39 @@ impl SubtaskCounters {
                 max_us: self.latency_max_us.load(Ordering::Relaxed),
             },
         }
+    }
+}
+
+/// The bounds (seconds) of the `async_latency_seconds` histogram the operator publishes into its
+/// operator metrics: from 100 µs to a minute. Each fine bucket of the operator's own histogram
+/// (within 12.5 %) is counted at the first bound at or above its upper end.
+pub const LATENCY_BOUNDS_SECONDS: [f64; 18] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0,
+];
+
+impl MetricSource for SubtaskCounters {
+    fn report(&self, out: &mut MetricsReport) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        out.gauge(
+            "async_in_flight",
+            i64::try_from(load(&self.in_flight)).unwrap_or(i64::MAX),
+        );
+        out.counter("async_completed", load(&self.completed));
+        out.counter("async_timeouts", load(&self.timeouts));
+        out.counter("async_retries", load(&self.retries));
+        out.counter("async_failures", load(&self.failures));
+        out.counter("async_batches", load(&self.batches));
+        let mut h = HistogramSnapshot::new(LATENCY_BOUNDS_SECONDS.to_vec());
+        for (i, b) in self.buckets.iter().enumerate() {
+            let n = load(b);
+            if n > 0 {
+                let (_, high) = bucket_bounds(i);
+                h.add((high - 1) as f64 / 1e6, n);
+            }
+        }
+        h.sum = load(&self.latency_sum_us) as f64 / 1e6;
+        out.histogram("async_latency_seconds", &h);
     }
 }
 
@@ -476,6 +517,45 @@ mod tests {
         assert_eq!(m.attempt_total().completed, 0);
         assert_eq!(m.total().completed, 2);
         assert_eq!(m.subtasks().len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod source_tests {
+    use super::*;
+    use sluice_runtime::OperatorMetrics;
+
+    #[test]
+    fn the_counters_publish_into_the_operator_metrics() {
+        let m = AsyncMetrics::default();
+        let shared = m.register(0);
+        let mut local = LocalCounters::default();
+        local.completed(Duration::from_micros(50)); // <= 100 µs
+        local.completed(Duration::from_millis(3)); // <= 5 ms
+        local.completed(Duration::from_secs(120)); // above every bound
+        local.timed_out();
+        local.publish(&shared, 4);
+        let op = OperatorMetrics::default();
+        assert!(op.register_source("async", shared));
+        let r = op.report();
+        assert_eq!(r.gauges["async_in_flight"], 4);
+        assert_eq!(r.counters["async_completed"], 3);
+        assert_eq!(r.counters["async_timeouts"], 1);
+        let h = &r.histograms["async_latency_seconds"];
+        assert_eq!(h.count(), 3);
+        let le = |bound: f64| h.cumulative().find(|(b, _)| *b == bound).unwrap().1;
+        assert_eq!(le(0.000_1), 1);
+        assert_eq!(le(0.002_5), 1);
+        assert_eq!(le(0.005), 2);
+        assert_eq!(le(60.0), 2);
+        assert_eq!(le(f64::INFINITY), 3);
+        assert!((h.sum - 120.003_05).abs() < 1e-6, "{}", h.sum);
+        // A restarted subtask registers new counters: what the old ones counted stays.
+        assert!(op.register_source("async", m.register(0)));
+        let r = op.report();
+        assert_eq!(r.counters["async_completed"], 3);
+        assert_eq!(r.gauges["async_in_flight"], 0);
+        assert_eq!(r.histograms["async_latency_seconds"].count(), 3);
     }
 }
 

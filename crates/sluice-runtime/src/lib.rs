@@ -10,11 +10,13 @@
 //! - [`process`]: keyed process functions with per-key state, timers and side outputs;
 //! - [`window`]: tumbling, sliding and session windows with reduce, aggregate and process;
 //! - [`timer`]: event-time and processing-time timers of keyed operators, kept as keyed state;
-//! - [`job`]: planning, deployment, the job master, [`JobHandle`] and [`JobResult`];
+//! - [`job`]: planning, deployment, the job master, [`JobHandle`] and [`JobResult`], and the
+//!   live view of a running job ([`JobObserver`], whose snapshot is a [`JobStatus`]);
 //! - [`checkpoint`]: checkpoint settings and the pure machines that plan and complete them;
 //! - [`failover`]: restart strategies, and the failover strategy (region by default, or full)
 //!   that says which tasks a failure restarts;
-//! - [`metrics`]: per operator subtask counters;
+//! - [`metrics`]: per operator subtask counters, and what operators publish themselves
+//!   (gauges, counters and histograms through a [`metrics::MetricSource`]);
 //! - `testing` (with the `testing` feature): fault injection and test operators.
 //!
 //! # Features
@@ -65,7 +67,9 @@ pub use api::{
 pub use error::{CoordinatorFailureInfo, JobError, TaskFailure};
 pub use exchange::partitioner::Partitioner;
 pub use graph::Partitioning;
-pub use job::{DEFAULT_MAX_PARALLELISM, JobConfig, JobHandle, JobResult};
+pub use job::{
+    DEFAULT_MAX_PARALLELISM, JobConfig, JobHandle, JobObserver, JobResult, JobState, JobStatus,
+};
 pub use metrics::{JobMetrics, OperatorMetrics, OperatorTotals, SubtaskMetrics};
 pub use operator::{Collector, Operator, OperatorContext, SourceHead, SourceHeadPoll};
 pub use state::OperatorState;

@@ -207,6 +207,10 @@ where
     K: ShuffleKey,
     F: Fn(&T) -> K + Send + 'static,
 {
+    fn ship_strategy(&self) -> &'static str {
+        "RANGE"
+    }
+
     fn open(&mut self, producer: &OperatorContext, num_partitions: usize) {
         let cell = self
             .cells

@@ -280,7 +280,10 @@ where
 
     fn open_impl(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         self.func.open(ctx)?;
-        self.counters = Some(self.settings.metrics.register(ctx.subtask_index()));
+        let counters = self.settings.metrics.register(ctx.subtask_index());
+        // The job's live view reads the same counters, when it reads them.
+        ctx.metrics().register_source("async", counters.clone());
+        self.counters = Some(counters);
         Ok(())
     }
 

@@ -16,8 +16,9 @@ use std::sync::Arc;
 
 /// Where completed checkpoints are written; the master awaits it off the task loops.
 pub(crate) trait Persistence: Send + Sync + 'static {
-    /// Writes `checkpoint` durably (state files first, metadata last).
-    fn persist(&self, checkpoint: CompletedCheckpoint) -> BoxFuture<'_, Result<(), String>>;
+    /// Writes `checkpoint` durably (state files first, metadata last); returns the bytes
+    /// written (state files and coordinator states).
+    fn persist(&self, checkpoint: CompletedCheckpoint) -> BoxFuture<'_, Result<u64, String>>;
     /// Removes what was written of an aborted checkpoint.
     fn discard(&self, id: CheckpointId) -> BoxFuture<'_, ()>;
 }
@@ -30,7 +31,7 @@ pub(crate) struct StoragePersistence {
 }
 
 impl Persistence for StoragePersistence {
-    fn persist(&self, cp: CompletedCheckpoint) -> BoxFuture<'_, Result<(), String>> {
+    fn persist(&self, cp: CompletedCheckpoint) -> BoxFuture<'_, Result<u64, String>> {
         Box::pin(async move {
             let id = cp.id;
             let mut operators = Vec::new();
@@ -78,6 +79,8 @@ impl Persistence for StoragePersistence {
                 futures::future::try_join_all(coordinator_writes),
             )
             .await?;
+            let bytes = files.iter().map(|f| f.length).sum::<u64>()
+                + coordinator_states.iter().map(|c| c.length).sum::<u64>();
             let metadata = CheckpointMetadata {
                 job_fingerprint: self.fingerprint.clone(),
                 checkpoint_id: id,
@@ -94,7 +97,7 @@ impl Persistence for StoragePersistence {
             if !removed.is_empty() {
                 tracing::debug!(?removed, "checkpoints removed by retention");
             }
-            Ok(())
+            Ok(bytes)
         })
     }
 

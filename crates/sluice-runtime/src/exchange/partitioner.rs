@@ -63,4 +63,26 @@ pub trait Partitioner<T>: Send + 'static {
     fn open(&mut self, producer: &OperatorContext, num_partitions: usize) {
         let _ = (producer, num_partitions);
     }
+
+    /// How the edge is named in the job's live view (the REST API, the web dashboard), as
+    /// Flink names an edge's ship strategy: `"CUSTOM"` by default; the range shuffle's
+    /// partitioner says `"RANGE"`.
+    ///
+    /// ```
+    /// use sluice_runtime::Partitioner;
+    ///
+    /// struct Modulo;
+    /// impl Partitioner<u64> for Modulo {
+    ///     fn partition(&mut self, record: &u64, n: usize) -> usize {
+    ///         (*record % n as u64) as usize
+    ///     }
+    ///     fn ship_strategy(&self) -> &'static str {
+    ///         "MODULO"
+    ///     }
+    /// }
+    /// assert_eq!(Modulo.ship_strategy(), "MODULO");
+    /// ```
+    fn ship_strategy(&self) -> &'static str {
+        "CUSTOM"
+    }
 }

@@ -195,6 +195,11 @@ impl<In, Op> TypedOperator<In, Op> {
 }
 
 /// Clones a prototype kept behind a mutex (so that it need not be `Sync`).
+/// The ship strategy a custom partitioner names.
+fn ship_strategy_of<T, P: Partitioner<T>>(m: &Mutex<P>) -> &'static str {
+    sluice_core::sync::lock(m).ship_strategy()
+}
+
 fn clone_locked<X: Clone>(m: &Mutex<X>) -> X {
     sluice_core::sync::lock(m).clone()
 }
@@ -271,6 +276,12 @@ pub(crate) trait WriterFactory: Send + Sync {
         batch_size: usize,
         max_parallelism: usize,
     ) -> Result<AnyBox, JobError>;
+
+    /// How the edge is shown (Flink's ship strategy), when the writer knows better than its
+    /// [`Partitioning`]: a custom partitioner's own name.
+    fn ship_strategy(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// The writer factory for the built-in partitionings that need no user code.
@@ -400,5 +411,8 @@ impl<T: Data, P: Partitioner<T> + Clone> WriterFactory for CustomWriter<T, P> {
         let route = CustomRoute(partitioner);
         let stage: Stage<T> = Box::new(NetworkWriter::new(route, tx, batch_size, producer));
         Ok(Box::new(stage))
+    }
+    fn ship_strategy(&self) -> Option<&'static str> {
+        Some(ship_strategy_of::<T, P>(&self.partitioner))
     }
 }

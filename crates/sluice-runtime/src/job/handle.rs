@@ -2,6 +2,7 @@
 //! submitted job.
 
 use crate::error::JobError;
+use crate::job::JobObserver;
 use crate::job::attempt::RequestKind;
 use crate::job::master::{HandleRequest, SharedMetrics};
 use crate::metrics::JobMetrics;
@@ -143,6 +144,7 @@ pub struct JobHandle {
     cancel: CancellationToken,
     metrics: Arc<SharedMetrics>,
     requests: mpsc::Sender<HandleRequest>,
+    observer: JobObserver,
 }
 
 impl JobHandle {
@@ -152,6 +154,7 @@ impl JobHandle {
         cancel: CancellationToken,
         metrics: Arc<SharedMetrics>,
         requests: mpsc::Sender<HandleRequest>,
+        observer: JobObserver,
     ) -> Self {
         JobHandle {
             name,
@@ -159,6 +162,7 @@ impl JobHandle {
             cancel,
             metrics,
             requests,
+            observer,
         }
     }
 
@@ -232,6 +236,31 @@ impl JobHandle {
     /// The metrics of the attempt running now.
     pub fn attempt_metrics(&self) -> JobMetrics {
         self.metrics.attempt()
+    }
+
+    /// A read-only live view of the job (state, graph, per-subtask metrics, checkpoints,
+    /// restarts, failures) to hand to a dashboard or a metrics exporter. Cheap to clone; it
+    /// outlives this handle and keeps showing the final state after the job ended.
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_runtime::job::JobState;
+    ///
+    /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+    /// # async fn main() {
+    /// let env = StreamEnvironment::new();
+    /// env.from_generator(Generator::new(|i| i)).name("numbers").discard();
+    /// let job = env.submit("endless").unwrap();
+    /// let observer = job.observer();
+    /// assert_eq!(observer.state(), JobState::Running);
+    /// assert_eq!(observer.snapshot().vertices[0].name, "Source: numbers -> Sink: Discard");
+    /// job.cancel();
+    /// let _ = job.await;
+    /// assert_eq!(observer.state(), JobState::Canceled);
+    /// # }
+    /// ```
+    pub fn observer(&self) -> JobObserver {
+        self.observer.clone()
     }
 
     /// Whether the job has ended.

@@ -25,7 +25,6 @@ use crate::failover::{
     FailoverStrategy, FailureHistory, Regions, RestartDecision, RestartStrategy,
 };
 use crate::graph::StreamGraph;
-use crate::job::JobConfig;
 use crate::job::attempt::{
     Action, AttemptEnd, AttemptMachine, CheckpointCounts, Fact, JobCheckpoints, Layout, RequestId,
     RequestKind,
@@ -35,6 +34,8 @@ use crate::job::deploy::{
     DeployInputs, DeployedTask, Deployment, MasterChannels, MetricsRegistry, Scope, deploy,
 };
 use crate::job::plan::Plan;
+use crate::job::status::TaskState;
+use crate::job::{JobConfig, JobRecorder};
 use crate::metrics::JobMetrics;
 use crate::operator::to_coordinator::{DirectSlot, ToCoordinator};
 use crate::task::control::{AttemptReport, TaskControl};
@@ -119,6 +120,8 @@ pub(crate) struct MasterInputs {
     pub(crate) cancel: CancellationToken,
     pub(crate) requests: mpsc::Receiver<HandleRequest>,
     pub(crate) metrics: Arc<SharedMetrics>,
+    /// The live view, recorded as things happen.
+    pub(crate) recorder: JobRecorder,
 }
 
 /// Runs the job to its end: success, stop, cancel, or a failure the restart strategy gives up on.
@@ -133,6 +136,7 @@ pub(crate) async fn run_job(
         let restored = load_restore(path, &spec.graph.fingerprint()).await?;
         tracing::info!(checkpoint = %restored.id, path = %path.display(), "restoring");
         summary.restored_from = Some(restored.id);
+        inputs.recorder.restored_from(restored.id);
         restore = Some(restored);
     }
     if let (true, Some(run)) = (spec.resume_latest, &spec.checkpointing) {
@@ -171,6 +175,7 @@ pub(crate) async fn run_job(
         history: FailureHistory::new(),
         next_attempt: 1,
         restarts: 0,
+        recorder: inputs.recorder.clone(),
     };
     let mut attempt: AttemptNumber = 0;
     let mut requests = Requests::default();
@@ -210,7 +215,7 @@ pub(crate) async fn run_job(
             AttemptEnd::Failed(e) => e,
             AttemptEnd::GaveUp(e) => break Err(e),
         };
-        match failover.decide(&spec.restart, err, start.elapsed()) {
+        match failover.decide(&spec.restart, err, start.elapsed(), true) {
             Err(e) => break Err(e),
             Ok((err, after)) => {
                 tracing::warn!(error = %err, attempt, ?after, "job failed; restarting every task");
@@ -244,17 +249,21 @@ struct FailoverState {
     history: FailureHistory,
     next_attempt: AttemptNumber,
     restarts: u32,
+    /// Where failures and restarts are recorded for the live view.
+    recorder: JobRecorder,
 }
 
 impl FailoverState {
     /// Records failure `err` and asks `strategy`: the delay before the restart (counted), or the
-    /// job's final error.
+    /// job's final error. `whole_job`: the restart is of every task (not of one region).
     fn decide(
         &mut self,
         strategy: &RestartStrategy,
         err: JobError,
         elapsed: Duration,
+        whole_job: bool,
     ) -> Result<(JobError, Duration), JobError> {
+        self.recorder.failure(&err);
         match strategy.on_failure(&mut self.history, elapsed) {
             RestartDecision::GiveUp { attempts } => Err(if attempts == 0 && strategy.is_none() {
                 err
@@ -266,6 +275,7 @@ impl FailoverState {
             }),
             RestartDecision::Restart { after } => {
                 self.restarts += 1;
+                self.recorder.restarting(self.restarts, whole_job);
                 Ok((err, after))
             }
         }
@@ -444,7 +454,7 @@ struct AttemptIo<'a> {
     coordinator_failures: &'a mut mpsc::Receiver<CoordinatorFailure>,
     to_coordinators: mpsc::Receiver<ToCoordinator>,
     snapshots: JoinSet<(CheckpointId, Result<CoordinatorStates, String>)>,
-    persisting: JoinSet<(CheckpointId, Result<(), String>)>,
+    persisting: JoinSet<(CheckpointId, Result<u64, String>)>,
     requests: &'a mut Requests,
     failover: &'a mut FailoverState,
     running: RunningTasks,
@@ -462,6 +472,7 @@ struct AttemptIo<'a> {
     to_coordinator_tx: mpsc::Sender<ToCoordinator>,
     direct_slots: BTreeMap<NodeId, DirectSlot>,
     metrics: Arc<MetricsRegistry>,
+    recorder: JobRecorder,
 }
 
 impl AttemptContext<'_> {
@@ -531,6 +542,7 @@ impl AttemptContext<'_> {
         for t in tasks {
             running.spawn(t, self.attempt);
         }
+        inputs.recorder.attempt_running();
         let mut io = AttemptIo {
             attempt: self.attempt,
             start: self.start,
@@ -554,6 +566,7 @@ impl AttemptContext<'_> {
             to_coordinator_tx,
             direct_slots,
             metrics,
+            recorder: inputs.recorder.clone(),
         };
         let mut actions: VecDeque<Action> = first.into();
         let end = 'attempt: loop {
@@ -662,6 +675,11 @@ impl AttemptIo<'_> {
                     if let Some(h) = self.running.handles.get_mut(task) {
                         *h = None;
                     }
+                    self.recorder.task_state(task, match &result {
+                        Ok(Ok(())) => TaskState::Finished,
+                        Err(j) if j.is_cancelled() => TaskState::Canceled,
+                        _ => TaskState::Failed,
+                    });
                     if let Some(i) = self.restarting.iter().position(|r| r.stopping.contains(&task)) {
                         let region = &mut self.restarting[i];
                         region.stopping.remove(&task);
@@ -698,11 +716,14 @@ impl AttemptIo<'_> {
                     return Next::Fact(match done {
                         // Aborted while it was being written (a failover): its files go now
                         // that they are complete, so that no later restore finds them.
-                        Ok((id, Ok(()))) if self.aborted.contains(&id) => {
+                        Ok((id, Ok(_))) if self.aborted.contains(&id) => {
                             self.discard(id);
                             continue;
                         }
-                        Ok((id, Ok(()))) => Fact::Persisted(id),
+                        Ok((id, Ok(bytes))) => {
+                            self.recorder.checkpoint_written(id, bytes);
+                            Fact::Persisted(id)
+                        }
                         Ok((id, Err(reason))) => Fact::PersistFailed { id, reason },
                         Err(j) => Fact::CoordinatorFailed(JobError::Internal(format!(
                             "writing a checkpoint panicked: {j}"
@@ -761,7 +782,7 @@ impl AttemptIo<'_> {
         let err = region.cause.clone().into_job_error();
         match self
             .failover
-            .decide(&self.spec.restart, err, self.start.elapsed())
+            .decide(&self.spec.restart, err, self.start.elapsed(), false)
         {
             Err(e) => Some(AttemptEnd::GaveUp(e)),
             Ok((err, after)) => {
@@ -816,6 +837,7 @@ impl AttemptIo<'_> {
         for t in &region.tasks {
             self.down.remove(t);
         }
+        self.recorder.tasks_state(&region.tasks, TaskState::Running);
         tracing::info!(tasks = ?region.tasks, attempt, checkpoint = %restored, "pipelined region restarted");
         Ok(Fact::RegionRestored(region.tasks))
     }
@@ -824,10 +846,12 @@ impl AttemptIo<'_> {
     async fn carry_out(&mut self, action: Action) -> Vec<Fact> {
         match action {
             Action::SnapshotCoordinators(id) => {
+                self.recorder.checkpoint_triggered(id);
                 let part = self.coordinators.start_checkpoint(id).await;
                 self.snapshots.spawn(async move { (id, part.await) });
             }
             Action::TriggerSources(barrier) => {
+                self.recorder.checkpoint_triggered(barrier.id);
                 for &t in &self.source_tasks {
                     let _ = self.controls[t]
                         .send(TaskControl::TriggerCheckpoint(barrier))
@@ -835,6 +859,7 @@ impl AttemptIo<'_> {
                 }
             }
             Action::TriggerTask(task, barrier) => {
+                self.recorder.checkpoint_triggered(barrier.id);
                 if let Some(c) = self.controls.get(task) {
                     let _ = c.send(TaskControl::TriggerCheckpoint(barrier)).await;
                 }
@@ -849,12 +874,13 @@ impl AttemptIo<'_> {
                 self.persisting.spawn(async move {
                     match persistence {
                         Some(p) => (id, p.persist(cp).await),
-                        None => (id, Ok(())),
+                        None => (id, Ok(0)),
                     }
                 });
             }
             Action::NotifyComplete(id) => {
                 tracing::debug!(checkpoint = %id, "checkpoint completed");
+                self.recorder.checkpoint_completed(id);
                 if let Err(e) = self.coordinators.checkpoint_complete(id).await {
                     return vec![Fact::CoordinatorFailed(e)];
                 }
@@ -862,6 +888,7 @@ impl AttemptIo<'_> {
             }
             Action::NotifyAborted(id, reason) => {
                 tracing::info!(checkpoint = %id, %reason, "checkpoint aborted");
+                self.recorder.checkpoint_failed(id, &reason.to_string());
                 if let Err(e) = self.coordinators.checkpoint_aborted(id).await {
                     return vec![Fact::CoordinatorFailed(e)];
                 }

@@ -15,7 +15,7 @@ use crate::job::master::{
     JobSpec, MasterInputs, REQUEST_CAPACITY, RunSummary, SharedMetrics, run_job,
 };
 use crate::job::plan::{Plan, plan};
-use crate::job::{CheckpointStats, JobConfig, JobHandle, JobResult};
+use crate::job::{CheckpointStats, JobConfig, JobHandle, JobRecorder, JobResult};
 use crate::storage::{CheckpointStorage, LocalCheckpointStorage, validate_directory};
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -152,6 +152,14 @@ impl Prepared {
                 storage,
             }
         });
+        let metrics = Arc::new(SharedMetrics::default());
+        let recorder = JobRecorder::new(
+            &self.job_name,
+            &graph,
+            &self.plan,
+            checkpointing.is_some(),
+            metrics.clone(),
+        );
         let spec = JobSpec {
             graph,
             plan: self.plan,
@@ -162,7 +170,6 @@ impl Prepared {
             restore_path: self.restore_from,
             resume_latest: self.resume_latest,
         };
-        let metrics = Arc::new(SharedMetrics::default());
         let cancel = CancellationToken::new();
         let (request_tx, requests) = mpsc::channel(REQUEST_CAPACITY);
         let name = self.job_name;
@@ -172,17 +179,20 @@ impl Prepared {
             cancel: cancel.clone(),
             requests,
             metrics: metrics.clone(),
+            recorder: recorder.clone(),
         };
+        let observer = recorder.observer();
         let join = {
             let (name, metrics) = (name.clone(), metrics.clone());
             self.runtime.spawn(async move {
                 let result = run_job(spec, inputs).await;
+                recorder.ended(&result);
                 let duration = started.elapsed();
                 tracing::info!(job = %name, ?duration, ok = result.is_ok(), "job ended");
                 result.map(|summary| job_result(name, duration, &metrics, summary))
             })
         };
-        JobHandle::new(name, join, cancel, metrics, request_tx)
+        JobHandle::new(name, join, cancel, metrics, request_tx, observer)
     }
 }
 

@@ -136,11 +136,15 @@ impl OperatorContext {
         };
         let i = &self.inner;
         link.send(i.operator_id, i.subtask_index, i.attempt_number, event)
-            .map_err(|e| match e {
-                LinkError::Full(m) | LinkError::Gone(m) => {
-                    format!("{}: {m}", self.describe()).into()
+            .map_err(|e| -> UserError {
+                match e {
+                    LinkError::Full(m) | LinkError::Gone(m) => {
+                        format!("{}: {m}", self.describe()).into()
+                    }
                 }
-            })
+            })?;
+        i.metrics.add_event_to_coordinator();
+        Ok(())
     }
 
     /// Encodes `event` with the sluice codec and sends it to the coordinator (see

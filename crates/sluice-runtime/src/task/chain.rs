@@ -295,6 +295,7 @@ impl<In: Data, Op: Operator<In>> ChainStage<In> for OperatorStage<In, Op> {
         event: OperatorEvent,
     ) -> Result<(), TaskError> {
         if target == self.ctx.operator_id() {
+            self.ctx.metrics().add_event_from_coordinator();
             self.guarded("handling an operator event", |op, out| {
                 op.handle_operator_event(event, out)
             })?;

@@ -244,6 +244,7 @@ impl<T: Send + 'static> TaskInput<T> for SourceHeadInput<T> {
     }
 
     fn handle_event(&mut self, event: OperatorEvent) -> Result<(), TaskError> {
+        self.ctx.metrics().add_event_from_coordinator();
         self.guarded("handling an operator event in the source", |h| {
             h.handle_operator_event(event)
         })
