@@ -4,8 +4,8 @@
 // a function that completes at once with sluice-bench's `record(i)` (key, event time) ->
 // forBoundedOutOfOrderness(1 s) -> keyBy(key) -> TumblingEventTimeWindows (1 min) ->
 // aggregate(count, (key, window start, count)) -> a digesting sink that discards, checkpoints
-// every second (Flink's defaults otherwise: heap state, checkpoints kept in the JobManager's
-// memory), at the given parallelism, in a local MiniCluster inside this JVM.
+// every second to a temporary directory on the local disk (Flink's defaults otherwise: heap
+// state, no restarts), at the given parallelism, in a local MiniCluster inside this JVM.
 //
 // Figures, measured exactly as the sluice probe measures them:
 // - records_per_s: records over first async call -> last sink subtask's end of input;
@@ -28,6 +28,9 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.AggregateFunction;
 import org.apache.flink.api.common.state.CheckpointListener;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.api.connector.sink2.Sink;
 import org.apache.flink.api.connector.sink2.SinkWriter;
 import org.apache.flink.api.connector.sink2.WriterInitContext;
@@ -167,8 +170,17 @@ public class E2EBench {
                 default -> throw new IllegalArgumentException("unknown flag " + args[i]);
             }
         }
+        // A failure must surface, not loop in restarts (sluice's probe has none either).
+        Configuration conf = new Configuration();
+        conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
+        // Checkpoints on the local disk, as sluice's probe writes them (Flink's default keeps
+        // them in the JobManager's heap, limited to 5 MB per state: too small for this job at
+        // parallelism 2).
+        Path checkpoints = Files.createTempDirectory("e2e-flink-checkpoints");
+        conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "filesystem");
+        conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, checkpoints.toUri().toString());
         StreamExecutionEnvironment env =
-                StreamExecutionEnvironment.createLocalEnvironment(parallelism);
+                StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
         env.getConfig().enableObjectReuse();
         env.enableCheckpointing(1000);
         DataStream<Tuple2<Long, Long>> clicks =
@@ -205,6 +217,9 @@ public class E2EBench {
                         CHECKPOINTS.get(),
                         DIGEST.get()));
         System.out.flush();
+        try (var paths = Files.walk(checkpoints)) {
+            paths.sorted(java.util.Comparator.reverseOrder()).forEach(f -> f.toFile().delete());
+        }
         // The MiniCluster's non-daemon threads may linger after execute(); the figures are out.
         System.exit(0);
     }
