@@ -151,7 +151,9 @@ impl Sink<(u64, i64, u64)> for DigestSink {
     }
     fn finish(&mut self) -> Result<(), UserError> {
         self.total.fetch_add(self.sum, Ordering::Relaxed);
-        self.clock.last_end_ns.fetch_max(epoch_ns(), Ordering::Relaxed);
+        self.clock
+            .last_end_ns
+            .fetch_max(epoch_ns(), Ordering::Relaxed);
         Ok(())
     }
 }
@@ -266,9 +268,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Runs the scenario: `reps` probe processes per parallelism, medians of each figure.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let records = args
-        .records
-        .unwrap_or(if args.common.quick { 1_000_000 } else { 10_000_000 });
+    let records = args.records.unwrap_or(if args.common.quick {
+        1_000_000
+    } else {
+        10_000_000
+    });
     let reps = args.common.reps_or(1, 3);
     let parallelisms = if args.parallelisms.is_empty() {
         vec![1, 2]
