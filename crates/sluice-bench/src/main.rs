@@ -62,6 +62,14 @@ enum Command {
     /// files of the same size, and on skewed keys at 8 writers the data files and mean file size
     /// per distribution mode (none, hash, range).
     IcebergSink(scenarios::iceberg::Args),
+    /// End to end, one fresh process per run: sequence -> async wait (completes at once) ->
+    /// key_by -> 1-minute tumbling window count per key -> discard, checkpoints every second, at
+    /// parallelism 1 and 2; records/s, start-up time and peak memory (beside Flink:
+    /// `flink/run_async_flink.sh --only e2e`).
+    E2e(scenarios::e2e::Args),
+    /// Internal: one e2e job in a fresh process, printing its figures as one JSON line.
+    #[command(hide = true)]
+    E2eProbe(scenarios::e2e::ProbeArgs),
     /// Internal: one pipeline job in a fresh process, printing its peak memory (used by
     /// `pipeline` to show that memory does not grow with the record count).
     #[command(hide = true)]
@@ -88,6 +96,8 @@ fn main() -> anyhow::Result<()> {
         Command::Source(args) => scenarios::source::run(&args),
         Command::Failover(args) => scenarios::failover::run(&args),
         Command::IcebergSink(args) => scenarios::iceberg::run(&args),
+        Command::E2e(args) => scenarios::e2e::run(&args),
+        Command::E2eProbe(args) => scenarios::e2e::probe(&args),
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),
     }
 }

@@ -4,6 +4,7 @@
 pub mod async_io;
 pub mod checkpoint;
 pub mod coordinator;
+pub mod e2e;
 pub mod failover;
 pub mod iceberg;
 pub mod lookup;
