@@ -743,7 +743,7 @@ fn print_summary(s: &Summary<'_>) {
     row(
         "committed",
         format!(
-            "{} ({} x {}) in {} ({:.1} MB), {}",
+            "{} ({}, {}) in {} ({:.1} MB), {}",
             counted(check.rows, "row"),
             counted(check.users, "user"),
             counted(check.minutes, "minute"),
@@ -752,7 +752,10 @@ fn print_summary(s: &Summary<'_>) {
             counted(overview.snapshots as u64, "snapshot"),
         ),
     );
-    let mut writers: Vec<(u64, u64)> = vec![(0, 0); s.parallelism];
+    // Rows and files per writer subtask (a restored run may have had other writers).
+    let count = overview.files.iter().filter_map(|f| f.writer).max();
+    let mut writers: Vec<(u64, u64)> =
+        vec![(0, 0); count.map_or(s.parallelism, |w| (w + 1).max(s.parallelism))];
     for f in &overview.files {
         if let Some(w) = f.writer.and_then(|w| writers.get_mut(w)) {
             w.0 += f.records;

@@ -223,10 +223,11 @@ impl Progress {
         let bar = std::io::stdout().is_terminal().then(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stdout());
             if let Ok(style) =
-                ProgressStyle::with_template("{elapsed:>4} [{bar:20}] {percent:>3}% {wide_msg}")
+                ProgressStyle::with_template("{elapsed:>4} [{bar:16}] {percent:>3}% {wide_msg}")
             {
                 bar.set_style(style.progress_chars("=> "));
             }
+            bar.set_message("starting");
             bar.enable_steady_tick(Duration::from_millis(200));
             let _ = BAR.set(bar.clone());
             bar
@@ -243,10 +244,11 @@ impl Progress {
     /// Updates the line with `reading` (called about once a second).
     pub fn update(&mut self, reading: Reading<'_>) {
         let now = Sample::take(reading.metrics, self.source);
-        let Some(then) = self.last.as_ref() else {
-            self.last = Some(now);
-            return;
-        };
+        let then = self.last.get_or_insert_with(|| Sample {
+            at: self.started,
+            records: 0,
+            backpressured: HashMap::new(),
+        });
         let secs = (now.at - then.at).as_secs_f64().max(1e-9);
         let rate = now.records.saturating_sub(then.records) as f64 / secs;
         // The largest share of the last interval that a subtask spent waiting for output room.
@@ -262,32 +264,36 @@ impl Progress {
                 backpressure = Some((share, name));
             }
         }
-        let backpressure = match backpressure {
-            Some((share, name)) if share >= 0.005 => {
-                format!("{:>3.0} % ({name})", (share * 100.0).min(100.0))
-            }
-            _ => "  0 %".to_string(),
-        };
+        let (share, busiest) = backpressure.unwrap_or((0.0, ""));
+        let share = (share * 100.0).min(100.0);
         let checkpoint = match reading.checkpoint {
-            Some((id, took)) => format!("chk-{id} in {} ms", took.as_millis()),
+            Some((id, took)) => format!("chk-{id} took {} ms", took.as_millis()),
             None => "none yet".to_string(),
         };
-        let message = format!(
-            "{:>6.1} k clicks/s | lookups {:>4} in flight | backpressured {backpressure} | last checkpoint {checkpoint}",
-            rate / 1e3,
-            reading.in_flight,
-        );
         match &self.bar {
+            // Short, to fit a terminal's width next to the bar (indicatif cuts what does not).
             Some(bar) => {
                 bar.set_position(now.records.min(bar.length().unwrap_or(u64::MAX)));
-                bar.set_message(message);
+                bar.set_message(format!(
+                    "{:.1}k clicks/s | {} lookups | backpressure {share:.0}% | {checkpoint}",
+                    rate / 1e3,
+                    reading.in_flight,
+                ));
             }
             None if now.at - self.last_plain >= PLAIN_EVERY => {
                 self.last_plain = now.at;
+                let busiest = if share >= 0.5 {
+                    format!(" ({busiest})")
+                } else {
+                    String::new()
+                };
                 println!(
-                    "  {:>5.0} s  {:>11} clicks read  {message}",
+                    "  {:>5.0} s  {:>11} clicks read {:>6.1} k/s | lookups {:>4} in flight | \
+                     backpressured {share:>3.0} %{busiest} | last checkpoint {checkpoint}",
                     (now.at - self.started).as_secs_f64(),
                     crate::grouped(now.records),
+                    rate / 1e3,
+                    reading.in_flight,
                 );
             }
             None => {}
