@@ -667,18 +667,7 @@ async fn watch(
                          last completed checkpoint ({last})"
                     ));
                 }
-                for (attempt, restored) in probes.clock.take_restores() {
-                    progress.println(&match restored {
-                        Some(id) => format!(
-                            "  ** attempt {attempt} restored chk-{id}: readers resume at \
-                             their file offsets, windows and lookups in flight as they were"
-                        ),
-                        None => format!(
-                            "  ** attempt {attempt} starts from the beginning (no checkpoint \
-                             had completed)"
-                        ),
-                    });
-                }
+                report_restores(probes, &progress);
                 tick += 1;
                 if tick.is_multiple_of(ticks_per_update) {
                     progress.update(Reading {
@@ -690,12 +679,33 @@ async fn watch(
             }
         }
     };
+    report_restores(probes, &progress);
     progress.finish();
     Ok(Watched {
         result: result.context("the clickstream job failed")?,
         elapsed: started.elapsed(),
         max_in_flight,
     })
+}
+
+/// Prints the restores the checkpoint clock saw since the last call.
+fn report_restores(probes: &Probes, progress: &Progress) {
+    for (attempt, restored) in probes.clock.take_restores() {
+        let who = match attempt {
+            0 => "the job".to_string(),
+            n => format!("attempt {n}"),
+        };
+        progress.println(&match restored {
+            Some(id) => format!(
+                "  ** {who} restored chk-{id}: readers resume at their file \
+                 offsets, windows and lookups in flight as they were"
+            ),
+            None => format!(
+                "  ** attempt {attempt} starts from the beginning (no checkpoint \
+                 had completed)"
+            ),
+        });
+    }
 }
 
 /// Everything the summary reports.
@@ -777,8 +787,10 @@ fn print_summary(s: &Summary<'_>) {
     row(
         "throughput",
         format!(
-            "{:.1} k clicks/s",
-            s.data.events as f64 / s.watched.elapsed.as_secs_f64().max(1e-9) / 1e3
+            "{:.1} k clicks/s ({} read in {:.1} s)",
+            read as f64 / s.watched.elapsed.as_secs_f64().max(1e-9) / 1e3,
+            grouped(read),
+            s.watched.elapsed.as_secs_f64(),
         ),
     );
     let restored = result

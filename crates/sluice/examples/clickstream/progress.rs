@@ -61,8 +61,8 @@ struct ClockState {
     /// Attempts that started, with the checkpoint each restored (`None`: from the start), not
     /// yet reported.
     restores: BTreeMap<u32, Option<u64>>,
-    /// Attempts already reported.
-    reported: u32,
+    /// The first attempt not reported yet.
+    unreported: u32,
 }
 
 /// The checkpoint clock's shared side.
@@ -88,11 +88,11 @@ impl Clock {
         self.with(|s| {
             let new: Vec<_> = s
                 .restores
-                .range(s.reported + 1..)
+                .range(s.unreported..)
                 .map(|(&a, &c)| (a, c))
                 .collect();
             if let Some(&(a, _)) = new.last() {
-                s.reported = a;
+                s.unreported = a + 1;
             }
             new
         })
