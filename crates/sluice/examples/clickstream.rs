@@ -33,8 +33,8 @@
 //!   "unknown" profile. There is deliberately no cache: the example shows what the operator does
 //!   with real I/O on every record. By default the example starts the service itself, with
 //!   `--lookup-latency-ms` and `--lookup-failure-rate`; `--lookup-url` points it at another one.
-//!   The lookups set the pace (about 30,000 clicks/s on 2 cores with the defaults: 200 requests
-//!   in flight at about 7 ms each), so the default of 2,000,000 clicks takes about a minute.
+//!   The lookups set the pace (about 27,000 clicks/s on 2 cores with the defaults: 200 requests
+//!   in flight at about 7 ms each), so the default of 1,600,000 clicks takes about a minute.
 //! - **Clicks per user per minute.** The enriched clicks are keyed by user and counted in
 //!   1-minute tumbling event-time windows (`window(..).aggregate_with(..)`: one counter per user
 //!   and minute, never the clicks); a window fires when the watermark passes its end.
@@ -100,7 +100,7 @@ use std::time::{Duration, Instant};
 use window::{ClicksPerMinute, CountClicks};
 
 /// Clicks of a run when `--events` is not given: about a minute on 2 cores.
-const DEFAULT_EVENTS: u64 = 2_000_000;
+const DEFAULT_EVENTS: u64 = 1_600_000;
 /// The name of the source, used to read its metrics.
 const SOURCE: &str = "Source: Click files";
 /// How often the in-flight gauge is sampled for its maximum.
@@ -114,7 +114,7 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 #[derive(Parser, Debug)]
 #[command(name = "clickstream")]
 struct Args {
-    /// Number of clicks to generate into --data-dir [default: 2000000; with --restore: the
+    /// Number of clicks to generate into --data-dir [default: 1600000; with --restore: the
     /// number in --data-dir]
     #[arg(long, value_parser = at_least_one)]
     events: Option<u64>,

@@ -14,7 +14,7 @@ pub const USERS: u64 = 100_000;
 pub const ZIPF_EXPONENT: f64 = 1.1;
 /// Events arrive up to this late relative to their place in the stream.
 pub const MAX_LATENESS_MS: u64 = 2_000;
-/// Events per second of event time: 2,000,000 events span about 2 hours 13 minutes.
+/// Events per second of event time: 1,600,000 events span about 1 hour 47 minutes.
 pub const EVENTS_PER_SECOND: u64 = 250;
 /// Event time of event 0, in milliseconds since the Unix epoch (2024-01-01T08:00:00Z).
 const START_MS: i64 = 1_704_096_000_000;
