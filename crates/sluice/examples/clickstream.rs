@@ -62,7 +62,9 @@
 //!
 //! While it runs, one progress line shows the clicks read per second, the lookups in flight,
 //! the largest share of the last second a subtask spent backpressured, and the last completed
-//! checkpoint with its duration (a plain line every 5 s when stdout is not a terminal). At the
+//! checkpoint with its duration (a plain line every 5 s when stdout is not a terminal); the
+//! checkpoint durations and the restores come from the "Checkpoint clock" behind the source
+//! (`clickstream/progress.rs`), as the runtime does not hand them to a running job yet. At the
 //! end a short table sums the run up.
 //!
 //! Run it with `cargo run --release --example clickstream -- --help` for the flags.

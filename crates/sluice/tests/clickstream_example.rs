@@ -92,6 +92,33 @@ fn the_example_commits_every_minute_count_once_and_a_rerun_starts_afresh() {
     };
     assert!(rows(&first).is_some(), "{first}");
     assert_eq!(rows(&first), rows(&second));
+    // The first run's data files went with its table: the warehouse holds the second's only.
+    let committed_files: usize = second
+        .lines()
+        .find(|l| l.trim_start().starts_with("committed"))
+        .and_then(|l| l.split(" in ").nth(1))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no data file count in the summary:\n{second}"));
+    assert_eq!(
+        parquet_files(&dir.path().join("warehouse")),
+        committed_files,
+        "{second}"
+    );
+}
+
+/// Parquet files under `dir`, at any depth.
+fn parquet_files(dir: &Path) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            n += parquet_files(&path);
+        } else if path.extension().is_some_and(|e| e == "parquet") {
+            n += 1;
+        }
+    }
+    n
 }
 
 #[test]
