@@ -19,6 +19,9 @@
 //! - [`writer`]: the writer operator and the [`WriteResult`] it hands on at a barrier;
 //! - [`committer`]: the committer operator; [`committer::decide`]: its pure decisions (what the
 //!   table already holds, what is left to commit);
+//! - reading a table back (`read.rs`): [`IcebergCatalog::scan_table`],
+//!   [`IcebergCatalog::table_overview`] ([`TableOverview`], [`DataFileInfo`]),
+//!   [`IcebergCatalog::drop_table`];
 //! - [`IcebergSinkError`] (`error.rs`).
 //!
 //! Files of a checkpoint that never completes (the job failed first) are left in the table's
@@ -30,6 +33,7 @@ pub mod catalog;
 pub mod committer;
 pub mod error;
 mod io;
+mod read;
 pub mod schema;
 mod sink;
 pub mod writer;
@@ -39,6 +43,7 @@ pub use catalog::IcebergCatalog;
 pub use catalog::S3Storage;
 pub use catalog::retry::RetryPolicy;
 pub use error::IcebergSinkError;
+pub use read::{DataFileInfo, TableOverview};
 pub use schema::key::PartitionField;
 pub use sink::{AfterCommit, DistributionMode, IcebergSink, IcebergSinkBuilder};
 pub use writer::WriteResult;

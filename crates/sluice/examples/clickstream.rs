@@ -1,122 +1,156 @@
-//! The clickstream job: every click enriched with its user's profile from an HTTP service, counted
-//! per user, and written exactly once to JSON-lines files.
+//! The clickstream job: click files read by the file source, each click enriched with its
+//! user's profile from an HTTP service, counted per user and minute of event time, and committed
+//! exactly once to an Iceberg table.
 //!
 //! ```text
-//! Source: Clicks -> Fault injection -> Drop bots -> Parse -> Timestamps/Watermarks
-//!     -> Enrich: profile lookup (async HTTP, unordered, retries, timeout)     (one chain per subtask)
+//! Source: Click files (FileSource, CSV, one split per file) -> Checkpoint clock
+//!     -> Fault injection -> Drop bots -> Parse -> Timestamps/Watermarks
+//!     -> Enrich: profile lookup (async HTTP, unordered, retries, timeout)      (one chain per subtask)
 //!     == key_by(user) ==>
-//! Count per user (keyed state) -> Sink: JSON lines (exactly-once)            (one chain per subtask)
-//!     == key_by(user) ==>
-//! Clicks per user per minute (event-time window) -> Sink: per-minute JSON lines (exactly-once)
+//! Clicks per user per minute (1-minute tumbling event-time window)
+//!     -> Range shuffle: hour(minute), user                                      (one chain per subtask)
+//!     == range ==>
+//! Iceberg writer (Parquet data files, handed on at each barrier)             (one per subtask)
+//!     == rebalance ==>
+//! Iceberg committer (one snapshot per completed checkpoint)                  (parallelism 1)
 //!
-//!                 Enrich <-- HTTP/1, pooled connections --> lookup service on 127.0.0.1
+//!   Enrich <-- HTTP/1, pooled connections --> lookup service on 127.0.0.1
+//!   Iceberg committer --> SQLite catalog in the --warehouse directory, table files beside it
 //! ```
 //!
-//! - **Clicks.** A generator derives each raw event (user, url, user agent, event time) from its
-//!   index alone, with Zipf-skewed users, so every run with the same `--events` has the same
-//!   clicks. Crawler clicks and unparsable urls are dropped.
+//! - **Clicks.** On first use the example generates `--events` clicks into `--files` CSV files
+//!   in `--data-dir` (with Zipf-skewed users, bot traffic and broken urls; each file a
+//!   contiguous stretch of event time, 250 clicks per second). Later runs read the same files;
+//!   a run with another `--events` or `--files` generates them anew. `FileSource` hands the
+//!   files out one at a time to the reader subtasks and stores each reader's file offset in the
+//!   checkpoints. Crawler clicks and unparsable urls are dropped; timestamps come from the
+//!   clicks, with watermarks 2 s behind (clicks are up to 2 s late).
 //! - **Enrichment.** Every click that passed the filters asks the lookup service for its user's
 //!   profile (country, tier): one HTTP request per click, through
 //!   `unordered_wait_with_retry` (written with the `AsyncWait` builder, which also hands out the
 //!   metrics): up to `--capacity` requests in flight per subtask, failed requests retried with
 //!   exponential backoff, and a timeout over all attempts after which the click gets an
 //!   "unknown" profile. There is deliberately no cache: the example shows what the operator does
-//!   with real I/O on every record (the popular users would make a per-subtask cache hit most of
-//!   the time and the latency figures would mostly measure the cache). By default the example
-//!   starts the service itself, with `--lookup-latency-ms` and `--lookup-failure-rate`;
-//!   `--lookup-url` points it at another one. The lookups set the pace (about 30,000 events/s on
-//!   2 cores with the defaults: 200 requests in flight at about 7 ms each), so the default of
-//!   2,000,000 events makes a run take about a minute.
-//! - **Exactly once.** A checkpoint every `--checkpoint-interval-ms` stores the sources'
-//!   positions, the clicks whose lookup is in flight, and the per-user counts (keyed state);
-//!   the sink writes each checkpoint's records to a hidden file and renames it into the
-//!   `--output` directory only when that checkpoint is complete. `--fail-after N` makes the job
-//!   fail once, after about N events; it restarts from its last checkpoint (fixed delay of
-//!   500 ms, at most 3 restarts). `--restore DIR`
-//!   resumes an interrupted run (kill it, then pass its checkpoint directory, or one `chk-N` in
-//!   it). Either way the summary reads the committed output back and checks it: no line twice,
-//!   and per user exactly the clicks that passed the filters.
-//!
-//! - **Clicks per user per minute.** Beside the running counts, the enriched clicks go through a
-//!   1-minute tumbling event-time window per user (`window(..).aggregate_with(..)`: one counter
-//!   per user and minute, never the clicks); each window fires when the watermark passes its
-//!   end and is committed exactly once to `--output`/`per-minute`. The clicks keep their event
-//!   time through the async lookup. The summary checks that each user's minutes add up to the
-//!   user's clicks.
-//!
+//!   with real I/O on every record. By default the example starts the service itself, with
+//!   `--lookup-latency-ms` and `--lookup-failure-rate`; `--lookup-url` points it at another one.
+//!   The lookups set the pace (about 27,000 clicks/s on 2 cores with the defaults: 200 requests
+//!   in flight at about 7 ms each), so the default of 1,600,000 clicks takes about a minute.
+//! - **Clicks per user per minute.** The enriched clicks are keyed by user and counted in
+//!   1-minute tumbling event-time windows (`window(..).aggregate_with(..)`: one counter per user
+//!   and minute, never the clicks); a window fires when the watermark passes its end.
+//! - **Iceberg.** The rows go to the table `--table` in an embedded SQLite catalog in
+//!   `--warehouse` (created if missing), partitioned by the hour of the minute and sorted by
+//!   user. The sink's range distribution puts the range shuffle in front of the writers: each
+//!   writer gets a contiguous, balanced range of users (the heaviest users split over several),
+//!   so few, clustered data files. Writers hand their files on at each checkpoint barrier; the
+//!   committer commits each completed checkpoint as one snapshot.
+//! - **Exactly once.** A checkpoint every `--checkpoint-interval-ms` stores the readers' file
+//!   offsets, the clicks whose lookup is in flight, the open windows and the files written for
+//!   it. `--fail-after N` makes the job fail once, after about N clicks; it restarts from its
+//!   last checkpoint (fixed delay of 500 ms, at most 3 restarts). `--restore DIR` resumes an
+//!   interrupted run (kill it, then pass its checkpoint directory, or one `chk-N` in it).
+//!   Otherwise every run starts afresh: the table is dropped and created again.
+//! - **The check.** At the end the example reads the table back with iceberg-rust's scan and
+//!   compares it with the (user, minute) counts worked out from the generator alone: as many
+//!   rows as (user, minute) pairs, none twice, each count right, and all of them adding up to
+//!   the clicks that passed the filters. The exit status is non-zero when the check fails.
 //! - **Lookups from a database.** `--lookup redis` or `--lookup postgres` (servers at
 //!   `--redis-url` / `--postgres-url`, by default the usual ports on 127.0.0.1, as `.ci/services`
 //!   starts them) loads the same profiles into the server, then enriches with `sluice-lookup`
 //!   in batches of `--lookup-batch-size` (one `MGET`, or one prepared `= ANY($1)` query, per
-//!   batch) through the same async wait operator, so checkpoints and exactly-once output are
-//!   unchanged.
+//!   batch) through the same async wait operator, so checkpoints and the output are unchanged.
+//!
+//! While it runs, one progress line shows the clicks read per second, the lookups in flight,
+//! the largest share of the last second a subtask spent backpressured, and the last completed
+//! checkpoint with its duration (a plain line every 5 s when stdout is not a terminal); the
+//! checkpoint durations and the restores come from the "Checkpoint clock" behind the source
+//! (`clickstream/progress.rs`), as the runtime does not hand them to a running job yet. At the
+//! end a short table sums the run up.
 //!
 //! Run it with `cargo run --release --example clickstream -- --help` for the flags.
 
-#[path = "clickstream/count.rs"]
-mod count;
+#[path = "clickstream/data.rs"]
+mod data;
 #[path = "clickstream/events.rs"]
 mod events;
 #[path = "clickstream/lookup.rs"]
 mod lookup;
-#[path = "clickstream/output.rs"]
-mod output;
+#[path = "clickstream/progress.rs"]
+mod progress;
 #[path = "clickstream/stores.rs"]
 mod stores;
+#[path = "clickstream/table.rs"]
+mod table;
+#[path = "clickstream/window.rs"]
+mod window;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use count::{ClicksPerMinute, CountClicks, CountPerUser, CountedClick};
-use events::{Click, Expected, RawClick, USERS, ZIPF_EXPONENT};
+use events::{Click, Expected, MINUTE_MS, RawClick, USERS, ZIPF_EXPONENT};
 use lookup::{EnrichedClick, LookupError, ProfileLookup, ServiceBehaviour};
-use output::{RunSettings, Verdict};
+use progress::{Clock, Progress, Reading};
 use sluice::JobHandle;
-use sluice::async_io::{AsyncMetrics, AsyncMetricsSnapshot, MAX_CAPACITY};
+use sluice::async_io::{AsyncMetrics, MAX_CAPACITY};
 use sluice::failover::RestartStrategy;
 use sluice::prelude::*;
 use sluice::testing::FailureInjector;
 use sluice::window::{LateRecordsDropped, TumblingEventTimeWindows};
-use sluice_connectors::file::JsonLinesSink;
+use sluice_source::{FileSource, FromSource};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use window::{ClicksPerMinute, CountClicks};
 
-/// Events of a run when `--events` is not given: about a minute on 2 cores.
-const DEFAULT_EVENTS: u64 = 2_000_000;
+/// Clicks of a run when `--events` is not given: about a minute on 2 cores.
+const DEFAULT_EVENTS: u64 = 1_600_000;
 /// The name of the source, used to read its metrics.
-const SOURCE: &str = "Source: Clicks";
+const SOURCE: &str = "Source: Click files";
 /// How often the in-flight gauge is sampled for its maximum.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// How often the progress line is updated.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
-/// Enrich a generated, Zipf-skewed clickstream over HTTP, count clicks per user, and commit the
-/// result exactly once.
+/// Read generated click files, enrich every click over HTTP, count clicks per user and minute,
+/// and commit the counts exactly once to an Iceberg table; then read the table back and check
+/// it (the exit status says whether the check passed).
 #[derive(Parser, Debug)]
 #[command(name = "clickstream")]
 struct Args {
-    /// Number of click events to generate [default: 2000000; with --restore: the restored run's]
+    /// Number of clicks to generate into --data-dir [default: 1600000; with --restore: the
+    /// number in --data-dir]
     #[arg(long, value_parser = at_least_one)]
     events: Option<u64>,
-    /// Parallelism of every operator [default: the number of CPU cores; with --restore: the
-    /// restored run's]
+    /// Where the click files are: generated on first use, read again by later runs, generated
+    /// anew when --events or --files differ from what is there
+    #[arg(long, value_name = "DIR", default_value = "sluice-data/clickstream")]
+    data_dir: PathBuf,
+    /// Number of click files (the file source's splits) to generate
+    #[arg(long, default_value_t = 8, value_parser = parse_files)]
+    files: usize,
+    /// The Iceberg warehouse: the SQLite catalog (catalog.db) and the tables' files
+    #[arg(long, value_name = "DIR", default_value = "sluice-warehouse")]
+    warehouse: PathBuf,
+    /// The table (namespace.name); dropped and created again at every start but --restore
+    #[arg(long, default_value = "clickstream.clicks_per_minute")]
+    table: String,
+    /// Parallelism of every operator but the committer [default: the number of CPU cores]
     #[arg(long, value_parser = parse_parallelism)]
     parallelism: Option<usize>,
-    /// Milliseconds between two checkpoints
+    /// Milliseconds between two checkpoints (each commits one Iceberg snapshot)
     #[arg(long, default_value_t = 1000, value_parser = at_least_one)]
     checkpoint_interval_ms: u64,
     /// Where checkpoints are kept
-    #[arg(long, default_value = "sluice-checkpoints/clickstream")]
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "sluice-checkpoints/clickstream"
+    )]
     checkpoint_dir: PathBuf,
-    /// Directory of the committed output (JSON lines); a fresh start removes the files of earlier
-    /// runs from it, --restore continues them
-    #[arg(long, default_value = "clickstream-out")]
-    output: PathBuf,
-    /// Fail once, after about N events (then restart from the last checkpoint)
+    /// Fail once, after about N clicks (then restart from the last checkpoint)
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     fail_after: Option<u64>,
     /// Resume an interrupted run from a retained checkpoint: a chk-N directory, or a checkpoint
-    /// directory (its newest complete checkpoint)
+    /// directory (its newest complete checkpoint); keeps the table and the click files
     #[arg(long, value_name = "DIR", value_parser = existing_path)]
     restore: Option<PathBuf>,
     /// Mean answer time of the in-process lookup service (each answer takes 0.5x to 1.5x this)
@@ -155,6 +189,16 @@ struct Args {
     /// Clicks per batch with --lookup redis or postgres (a batch also leaves after 2 ms)
     #[arg(long, default_value_t = 100, value_parser = parse_capacity)]
     lookup_batch_size: usize,
+    // The web dashboard and the Prometheus endpoint of sluice-web (`--ui ADDR`,
+    // `--metrics-addr ADDR`) get their flags here; `run` attaches them where it says so.
+}
+
+fn parse_files(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n @ 1..=10_000) => Ok(n),
+        Ok(n) => Err(format!("must be between 1 and 10000, got {n}")),
+        Err(e) => Err(format!("not a whole number: {e}")),
+    }
 }
 
 fn at_least_one(s: &str) -> Result<u64, String> {
@@ -213,7 +257,7 @@ fn existing_path(s: &str) -> Result<PathBuf, String> {
 struct Probes {
     lookups: AsyncMetrics,
     late_clicks: LateRecordsDropped,
-    last_checkpoint: Arc<AtomicU64>,
+    clock: Clock,
     failures: FailureInjector,
 }
 
@@ -244,102 +288,201 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Runs the job and reports; `Ok(false)` when the output is not exact.
+/// Runs the job and reports; `Ok(false)` when the table read back is not exact.
 async fn run(args: Args) -> anyhow::Result<bool> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(progress::LogWriter::default)
         .init();
-    report_injected_failures_briefly();
 
+    let data = prepare_data(&args).await?;
+    check_fail_after(args.fail_after, data.events)?;
+    let parallelism = args
+        .parallelism
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let catalog = table::catalog(&args.warehouse)?;
+    if args.restore.is_none() {
+        table::start_fresh(&catalog, &args.table)?;
+    }
     let (lookup_url, service) = lookup_service(&args).await?;
-    let settings = prepare_output(&args)?;
-    let env = configure(&args, settings)?;
-    let probes = build_job(&env, &args, settings, &lookup_url)?;
-    print_header(&args, settings, &lookup_url);
+    let env = configure(&args, parallelism)?;
+    // The web dashboard and the Prometheus endpoint (--ui, --metrics-addr) attach to `env` here.
+    let probes = build_job(
+        &env,
+        &args,
+        parallelism,
+        &data,
+        &lookup_url,
+        catalog.clone(),
+    )?;
+    print_header(&args, parallelism, &data, &lookup_url);
 
     let job = env
         .submit("clickstream")
         .context("the clickstream job could not start")?;
-    let watched = watch(job, &probes, &args).await;
+    let watched = watch(job, &probes, &args, data.events).await;
     if let Some(service) = service {
         service.abort();
     }
     let watched = watched?;
 
-    let users = events::user_popularity().context("invalid user distribution")?;
-    let expected = Expected::compute(settings.events, &users);
-    let verdict = output::verify(&args.output, &expected)
-        .context("reading the committed output back failed")?;
-    let minutes = output::verify_minutes(&args.output, &expected)
-        .context("reading the committed per-minute output back failed")?;
-    print_summary(&watched, &probes, &expected, &verdict, &args, settings);
-    print_minutes(&minutes, &probes, &args.output);
-    Ok(verdict.exact() && minutes.exact())
+    // Reading the table back and working out what it should hold are blocking work.
+    let (events, table_name) = (data.events, args.table.clone());
+    let (committed, expected) = tokio::task::spawn_blocking(move || {
+        let users = events::user_popularity().context("invalid user distribution")?;
+        let expected = Expected::compute(events, &users);
+        let committed = table::read_back(&catalog, &table_name)?;
+        anyhow::Ok((committed, expected))
+    })
+    .await
+    .context("reading the table back failed")??;
+    let check = table::check(&committed.rows, &expected);
+    print_summary(&Summary {
+        watched: &watched,
+        probes: &probes,
+        args: &args,
+        parallelism,
+        data: &data,
+        expected: &expected,
+        committed: &committed,
+        check: &check,
+    });
+    Ok(check.passed())
 }
 
-/// Prints the failure `--fail-after` injects as one line instead of a panic report with a
-/// backtrace; other panics are reported as usual.
-fn report_injected_failures_briefly() {
-    let report = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let payload = info.payload();
-        let message = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or_default();
-        if message.starts_with("injected failure") {
-            eprintln!("  ** {message}: the job restarts from its last completed checkpoint");
-        } else {
-            report(info);
-        }
-    }));
-}
-
-/// Empties the output directory for a fresh run, or checks it for a restore; returns the run's
-/// settings.
-fn prepare_output(args: &Args) -> anyhow::Result<RunSettings> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let Some(restore) = &args.restore else {
-        let settings = RunSettings {
+/// The click files: the ones in --data-dir when they fit, generated otherwise; with --restore
+/// they must be there already (the checkpoint's file offsets point into them).
+async fn prepare_data(args: &Args) -> anyhow::Result<data::DataSet> {
+    let dir = args.data_dir.clone();
+    let wanted = match &args.restore {
+        None => data::Manifest {
             events: args.events.unwrap_or(DEFAULT_EVENTS),
-            parallelism: args.parallelism.unwrap_or(cores),
-        };
-        check_fail_after(args, settings)?;
-        output::start_fresh(&args.output, settings)?;
-        return Ok(settings);
+            files: args.files,
+        },
+        Some(restore) => {
+            let Some(there) = data::manifest(&dir)? else {
+                bail!(
+                    "--restore {} needs the click files of the run it resumes, but {} holds none",
+                    restore.display(),
+                    dir.display()
+                );
+            };
+            if let Some(n) = args.events
+                && n != there.events
+            {
+                bail!(
+                    "--events {n} differs from the {} clicks in {} that --restore {} continues \
+                     to read",
+                    there.events,
+                    dir.display(),
+                    restore.display()
+                );
+            }
+            there
+        }
     };
-    let noted = output::noted_settings(&args.output)?;
-    let keep = |flag: &str, given: Option<u64>, noted: u64| match given {
-        Some(g) if g != noted => bail!(
-            "--{flag} {g} differs from the {noted} of the run in {} that --restore {} continues",
-            args.output.display(),
-            restore.display()
-        ),
-        _ => Ok(()),
-    };
-    keep("events", args.events, noted.events)?;
-    keep(
-        "parallelism",
-        args.parallelism.map(|p| p as u64),
-        noted.parallelism as u64,
-    )?;
-    check_fail_after(args, noted)?;
-    Ok(noted)
+    if args.restore.is_none() && data::manifest(&dir)? != Some(wanted) {
+        println!(
+            "generating {} clicks into {} files in {} ...",
+            grouped(wanted.events),
+            wanted.files,
+            dir.display()
+        );
+    }
+    tokio::task::spawn_blocking(move || data::prepare(&dir, wanted))
+        .await
+        .context("generating the click files failed")?
 }
 
-fn check_fail_after(args: &Args, settings: RunSettings) -> anyhow::Result<()> {
-    match args.fail_after {
-        Some(n) if n >= settings.events => bail!(
-            "--fail-after {n} must be below the {} events of the run, or no failure happens",
-            settings.events
+fn check_fail_after(fail_after: Option<u64>, events: u64) -> anyhow::Result<()> {
+    match fail_after {
+        Some(n) if n >= events => bail!(
+            "--fail-after {n} must be below the {events} clicks of the run, or no failure happens"
         ),
         _ => Ok(()),
     }
+}
+
+/// The environment: parallelism, checkpoints, restart strategy, restore.
+fn configure(args: &Args, parallelism: usize) -> anyhow::Result<StreamEnvironment> {
+    let env = StreamEnvironment::new();
+    env.set_parallelism(parallelism);
+    env.enable_checkpointing(Duration::from_millis(args.checkpoint_interval_ms));
+    env.set_checkpoint_storage(&args.checkpoint_dir);
+    env.set_restart_strategy(
+        RestartStrategy::fixed_delay(3, Duration::from_millis(500))
+            .context("invalid restart strategy")?,
+    );
+    if let Some(dir) = &args.restore {
+        env.restore_from(dir);
+    }
+    Ok(env)
+}
+
+/// Adds the clickstream job to `env`.
+///
+/// The fault-injection operator is always there (with no failure to inject unless
+/// `--fail-after` is given), so that every run has the same job graph and any checkpoint can be
+/// restored into any run.
+fn build_job(
+    env: &StreamEnvironment,
+    args: &Args,
+    parallelism: usize,
+    data: &data::DataSet,
+    lookup_url: &str,
+    catalog: sluice_iceberg::IcebergCatalog,
+) -> anyhow::Result<Probes> {
+    let failures = match args.fail_after {
+        // Each reader subtask reads about 1/p of the clicks.
+        Some(n) => FailureInjector::at_record(0, (n / parallelism as u64).max(1)),
+        None => FailureInjector::at_record(0, u64::MAX).times(0),
+    };
+    let clock = Clock::default();
+    let clicks = env
+        .from_source(FileSource::<RawClick>::csv(&data.dir), None, SOURCE)
+        .process(clock.operator())
+        .name("Checkpoint clock")
+        .process(failures.clone())
+        .name("Fault injection")
+        .filter(|c: &RawClick| !events::is_bot(c))
+        .name("Drop bots")
+        .flat_map(events::parse)
+        .name("Parse")
+        .assign_timestamps_and_watermarks(WatermarkStrategy::for_bounded_out_of_orderness(
+            Duration::from_millis(events::MAX_LATENESS_MS),
+            |c: &Click| c.timestamp_ms,
+        ));
+
+    let (enriched, lookups) = enrich(&clicks, args, lookup_url)?;
+    let minutes =
+        enriched
+            .key_by(|c: &EnrichedClick| c.click.user)
+            .window(TumblingEventTimeWindows::of(Duration::from_millis(
+                MINUTE_MS as u64,
+            )));
+    let late_clicks = minutes.late_records_dropped();
+    let rows = minutes
+        .aggregate_with(
+            CountClicks,
+            |user: &u64, minute, (clicks, profile): (u64, lookup::Profile)| ClicksPerMinute {
+                user: *user as i64,
+                minute: minute.start * 1_000,
+                clicks: clicks as i64,
+                country: profile.country,
+                tier: profile.tier,
+            },
+        )
+        .name("Clicks per user per minute");
+    table::sink(catalog, &args.table).sink(&rows);
+    Ok(Probes {
+        lookups,
+        late_clicks,
+        clock,
+        failures,
+    })
 }
 
 /// Starts the in-process lookup service, or checks that the one at `--lookup-url` answers.
@@ -377,90 +520,6 @@ async fn lookup_service(
         .await
         .context("cannot start the lookup service on 127.0.0.1")?;
     Ok((url, Some(task)))
-}
-
-/// The environment: parallelism, checkpoints, restart strategy, restore.
-fn configure(args: &Args, settings: RunSettings) -> anyhow::Result<StreamEnvironment> {
-    let env = StreamEnvironment::new();
-    env.set_parallelism(settings.parallelism);
-    env.enable_checkpointing(Duration::from_millis(args.checkpoint_interval_ms));
-    env.set_checkpoint_storage(&args.checkpoint_dir);
-    env.set_restart_strategy(
-        RestartStrategy::fixed_delay(3, Duration::from_millis(500))
-            .context("invalid restart strategy")?,
-    );
-    if let Some(dir) = &args.restore {
-        env.restore_from(dir);
-    }
-    Ok(env)
-}
-
-/// Adds the clickstream job to `env`.
-///
-/// The fault-injection operator is always there (with no failure to inject unless
-/// `--fail-after` is given), so that every run has the same job graph and any checkpoint can be
-/// restored into any run.
-fn build_job(
-    env: &StreamEnvironment,
-    args: &Args,
-    settings: RunSettings,
-    lookup_url: &str,
-) -> anyhow::Result<Probes> {
-    let users = events::user_popularity().context("invalid user distribution")?;
-    let failures = match args.fail_after {
-        // The generator deals events round-robin, so subtask 0 has seen about N/p of them
-        // when N were generated.
-        Some(n) => FailureInjector::at_record(0, (n / settings.parallelism as u64).max(1)),
-        None => FailureInjector::at_record(0, u64::MAX).times(0),
-    };
-    let clicks = env
-        .from_generator(Generator::new(move |i| events::raw_click(i, &users)).take(settings.events))
-        .name(SOURCE)
-        .process(failures.clone())
-        .name("Fault injection")
-        .filter(|c: &RawClick| !events::is_bot(c))
-        .name("Drop bots")
-        .flat_map(events::parse)
-        .name("Parse")
-        .assign_timestamps_and_watermarks(
-            WatermarkStrategy::for_bounded_out_of_orderness(
-                Duration::from_millis(events::MAX_LATENESS_MS),
-                |c: &Click| c.timestamp_ms,
-            )
-            .with_idleness(Duration::from_secs(5)),
-        );
-
-    let (enriched, lookups) = enrich(&clicks, args, lookup_url)?;
-    let last_checkpoint = Arc::new(AtomicU64::new(0));
-    let by_user = enriched.key_by(|c: &EnrichedClick| c.click.user);
-    let minutes = by_user.window(TumblingEventTimeWindows::of(Duration::from_secs(60)));
-    let late_clicks = minutes.late_records_dropped();
-    minutes
-        .aggregate_with(CountClicks, |user: &u64, minute, clicks| ClicksPerMinute {
-            user: *user,
-            minute_ms: minute.start,
-            clicks,
-        })
-        .name("Clicks per user per minute")
-        .sink_to_exactly_once(JsonLinesSink::<ClicksPerMinute>::new(
-            output::minutes_dir(&args.output),
-            output::MINUTES_PREFIX,
-        ))
-        .name("Sink: per-minute JSON lines");
-    by_user
-        .process(CountPerUser::new(last_checkpoint.clone()))
-        .name("Count per user")
-        .sink_to_exactly_once(JsonLinesSink::<CountedClick>::new(
-            &args.output,
-            output::FILE_PREFIX,
-        ))
-        .name("Sink: JSON lines");
-    Ok(Probes {
-        lookups,
-        late_clicks,
-        last_checkpoint,
-        failures,
-    })
 }
 
 /// The profile lookup: `unordered_wait_with_retry` (or ordered with `--ordered`), spelt with the
@@ -511,29 +570,22 @@ fn enrich(
     Ok((enriched, metrics))
 }
 
-fn print_header(args: &Args, settings: RunSettings, lookup_url: &str) {
-    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+fn print_header(args: &Args, parallelism: usize, data: &data::DataSet, lookup_url: &str) {
+    let files = match data.generated {
+        Some(took) => format!("generated in {:.1} s", took.as_secs_f64()),
+        None => "generated by an earlier run".to_string(),
+    };
     println!(
-        "clickstream: {} events, {USERS} users (Zipf s={ZIPF_EXPONENT}), parallelism {}",
-        grouped(settings.events),
-        settings.parallelism
+        "clickstream: {} clicks of {USERS} users (Zipf s={ZIPF_EXPONENT}) in {} CSV files ({:.1} MB, {files}) in {}, parallelism {parallelism}",
+        grouped(data.events),
+        data.files.len(),
+        data.bytes as f64 / 1e6,
+        absolute(&data.dir).display(),
     );
-    println!(
-        "checkpoints every {} ms in {}",
-        args.checkpoint_interval_ms,
-        absolute(&args.checkpoint_dir).display()
-    );
-    match &args.restore {
-        Some(dir) => println!(
-            "restoring from {}; continuing the output in {}",
-            dir.display(),
-            absolute(&args.output).display()
-        ),
-        None => println!(
-            "output (exactly-once JSON lines) in {}",
-            absolute(&args.output).display()
-        ),
-    }
     let service = match (args.lookup, &args.lookup_url) {
         (stores::Store::Redis, _) => {
             format!("Redis server (MGET, batches of {})", args.lookup_batch_size)
@@ -555,30 +607,51 @@ fn print_header(args: &Args, settings: RunSettings, lookup_url: &str) {
         args.capacity,
         args.lookup_timeout_ms
     );
+    println!(
+        "clicks per user per minute into the Iceberg table {} (warehouse {}), range-distributed over {parallelism} writers",
+        args.table,
+        absolute(&args.warehouse).display(),
+    );
+    let start = match &args.restore {
+        Some(dir) => format!("restoring from {}", dir.display()),
+        None => "table created afresh".to_string(),
+    };
+    println!(
+        "checkpoints every {} ms in {}; {start}",
+        args.checkpoint_interval_ms,
+        absolute(&args.checkpoint_dir).display(),
+    );
     if let Some(n) = args.fail_after {
         println!(
-            "one failure will be injected after about {} events",
+            "one failure will be injected after about {} clicks",
             grouped(n)
         );
     }
 }
 
-/// Waits for the job, printing progress every second and sampling the lookups in flight; Ctrl-C
-/// stops the job and says how to resume it.
-async fn watch(mut job: JobHandle, probes: &Probes, args: &Args) -> anyhow::Result<Watched> {
+/// Waits for the job, updating the progress line every second and sampling the lookups in
+/// flight; reports restarts as they happen. Ctrl-C stops the job and says how to resume it.
+async fn watch(
+    mut job: JobHandle,
+    probes: &Probes,
+    args: &Args,
+    events: u64,
+) -> anyhow::Result<Watched> {
     let started = Instant::now();
+    let mut progress = Progress::new(events, SOURCE);
     let mut samples = tokio::time::interval(SAMPLE_EVERY);
     samples.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let ticks_per_line = (Duration::from_secs(1).as_millis() / SAMPLE_EVERY.as_millis()) as u64;
+    let ticks_per_update = (PROGRESS_EVERY.as_millis() / SAMPLE_EVERY.as_millis()) as u64;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
-    let (mut tick, mut max_in_flight, mut last) = (0u64, 0u64, (Duration::ZERO, 0u64));
+    let (mut tick, mut max_in_flight, mut failures) = (0u64, 0u64, 0u32);
     let result = loop {
         tokio::select! {
-            result = &mut job => break result.context("the clickstream job failed")?,
+            result = &mut job => break result,
             _ = &mut ctrl_c => {
                 job.cancel();
-                let _ = job.await;
+                let _ = (&mut job).await;
+                progress.finish();
                 bail!(
                     "interrupted; checkpoints are kept in {}: resume with --restore {}",
                     args.checkpoint_dir.display(),
@@ -586,160 +659,211 @@ async fn watch(mut job: JobHandle, probes: &Probes, args: &Args) -> anyhow::Resu
                 );
             }
             _ = samples.tick() => {
-                let lookups = probes.lookups.total();
-                max_in_flight = max_in_flight.max(lookups.in_flight);
+                let in_flight = probes.lookups.total().in_flight;
+                max_in_flight = max_in_flight.max(in_flight);
+                if probes.failures.injected() > failures {
+                    failures = probes.failures.injected();
+                    let last = probes.clock.last().map_or("none yet".to_string(), |(id, _)| format!("chk-{id}"));
+                    progress.println(&format!(
+                        "  ** injected failure #{failures}: the job fails and restarts from its \
+                         last completed checkpoint ({last})"
+                    ));
+                }
+                report_restores(probes, &progress);
                 tick += 1;
-                if tick.is_multiple_of(ticks_per_line) {
-                    last = print_progress(&job, &lookups, probes, started.elapsed(), last);
+                if tick.is_multiple_of(ticks_per_update) {
+                    progress.update(Reading {
+                        metrics: &job.metrics(),
+                        in_flight,
+                        checkpoint: probes.clock.last(),
+                    });
                 }
             }
         }
     };
+    report_restores(probes, &progress);
+    progress.finish();
     Ok(Watched {
-        result,
+        result: result.context("the clickstream job failed")?,
         elapsed: started.elapsed(),
         max_in_flight,
     })
 }
 
-/// One progress line; returns the time and event count it showed.
-fn print_progress(
-    job: &JobHandle,
-    lookups: &AsyncMetricsSnapshot,
-    probes: &Probes,
-    now: Duration,
-    (then, events_then): (Duration, u64),
-) -> (Duration, u64) {
-    let events = job.metrics().operator(SOURCE).records_out;
-    // A restarted source counts its records from zero again.
-    let since = if events < events_then { 0 } else { events_then };
-    let rate = (events - since) as f64 / (now - then).as_secs_f64().max(1e-9);
-    let checkpoint = match probes.last_checkpoint.load(Ordering::Relaxed) {
-        0 => "none yet".to_string(),
-        id => format!("chk-{id}"),
-    };
-    println!(
-        "  {:>5.1} s  {:>11} events {:>6.1} k/s | lookups {:>4} in flight, p99 {:>6.1} ms, {:>7} retries, {:>4} timeouts | last checkpoint {checkpoint}",
-        now.as_secs_f64(),
-        grouped(events),
-        rate / 1e3,
-        lookups.in_flight,
-        millis(lookups.latency.quantile(0.99)),
-        grouped(lookups.retries),
-        grouped(lookups.timeouts),
-    );
-    (now, events)
+/// Prints the restores the checkpoint clock saw since the last call.
+fn report_restores(probes: &Probes, progress: &Progress) {
+    for (attempt, restored) in probes.clock.take_restores() {
+        let who = match attempt {
+            0 => "the job".to_string(),
+            n => format!("attempt {n}"),
+        };
+        progress.println(&match restored {
+            Some(id) => format!(
+                "  ** {who} restored chk-{id}: readers resume at their file \
+                 offsets, windows and lookups in flight as they were"
+            ),
+            None => format!(
+                "  ** attempt {attempt} starts from the beginning (no checkpoint \
+                 had completed)"
+            ),
+        });
+    }
 }
 
-fn print_summary(
-    watched: &Watched,
-    probes: &Probes,
-    expected: &Expected,
-    verdict: &Verdict,
-    args: &Args,
-    settings: RunSettings,
-) {
-    let result = &watched.result;
+/// Everything the summary reports.
+struct Summary<'a> {
+    watched: &'a Watched,
+    probes: &'a Probes,
+    args: &'a Args,
+    parallelism: usize,
+    data: &'a data::DataSet,
+    expected: &'a Expected,
+    committed: &'a table::Committed,
+    check: &'a table::Check,
+}
+
+fn print_summary(s: &Summary<'_>) {
+    let (result, check) = (&s.watched.result, s.check);
+    let row = |name: &str, text: String| println!("  {name:<12} {text}");
+    println!();
+    println!(
+        "clickstream finished in {:.1} s",
+        s.watched.elapsed.as_secs_f64()
+    );
+    let read = result.metrics.operator(SOURCE).records_out;
+    let reread = if read > s.data.events {
+        format!(
+            ", {} read in all (clicks after the restored checkpoint are read again)",
+            grouped(read)
+        )
+    } else {
+        String::new()
+    };
+    row(
+        "clicks in",
+        format!(
+            "{} from {} files{reread}; {} bots and {} invalid urls dropped, {} passed",
+            grouped(s.data.events),
+            s.data.files.len(),
+            grouped(s.expected.bots),
+            grouped(s.expected.invalid),
+            grouped(s.expected.passed()),
+        ),
+    );
+    let overview = &s.committed.overview;
+    let bytes: u64 = overview.files.iter().map(|f| f.bytes).sum();
+    row(
+        "committed",
+        format!(
+            "{} ({}, {}) in {} ({:.1} MB), {}",
+            counted(check.rows, "row"),
+            counted(check.users, "user"),
+            counted(check.minutes, "minute"),
+            counted(overview.files.len() as u64, "data file"),
+            bytes as f64 / 1e6,
+            counted(overview.snapshots as u64, "snapshot"),
+        ),
+    );
+    // Rows and files per writer subtask (a restored run may have had other writers).
+    let count = overview.files.iter().filter_map(|f| f.writer).max();
+    let mut writers: Vec<(u64, u64)> =
+        vec![(0, 0); count.map_or(s.parallelism, |w| (w + 1).max(s.parallelism))];
+    for f in &overview.files {
+        if let Some(w) = f.writer.and_then(|w| writers.get_mut(w)) {
+            w.0 += f.records;
+            w.1 += 1;
+        }
+    }
+    let writers: Vec<String> = writers
+        .iter()
+        .enumerate()
+        .map(|(i, (rows, files))| {
+            format!(
+                "#{i}: {} in {}",
+                counted(*rows, "row"),
+                counted(*files, "file")
+            )
+        })
+        .collect();
+    row("per writer", writers.join(", "));
+    row(
+        "throughput",
+        format!(
+            "{:.1} k clicks/s ({} read in {:.1} s)",
+            read as f64 / s.watched.elapsed.as_secs_f64().max(1e-9) / 1e3,
+            grouped(read),
+            s.watched.elapsed.as_secs_f64(),
+        ),
+    );
     let restored = result
         .restored_from
         .map(|id| format!(", resumed from checkpoint {id}"))
         .unwrap_or_default();
-    println!();
-    println!(
-        "job        finished in {:.1} s{restored}: {} completed, {} ({} injected)",
-        watched.elapsed.as_secs_f64(),
-        counted(result.completed_checkpoints, "checkpoint"),
-        counted(result.restarts.into(), "restart"),
-        counted(probes.failures.injected().into(), "failure"),
-    );
-    println!(
-        "events     {}: {} bot clicks and {} invalid urls dropped, {} passed the filters",
-        grouped(settings.events),
-        grouped(expected.bots),
-        grouped(expected.invalid),
-        grouped(expected.passed()),
-    );
-    if result.restarts == 0 && result.restored_from.is_none() {
-        println!(
-            "throughput {:.1} k events/s",
-            settings.events as f64 / watched.elapsed.as_secs_f64().max(1e-9) / 1e3
-        );
-    }
-    let lookups = probes.lookups.total();
-    println!(
-        "lookups    {} completed{}: in flight max {} (capacity {} x {}), latency p50 {:.1} ms, p99 {:.1} ms, {} retries, {} timeouts",
-        grouped(lookups.completed),
-        if result.restarts > 0 {
-            " over every attempt (requests of a failed attempt are sent again)"
-        } else {
-            ""
-        },
-        watched.max_in_flight,
-        settings.parallelism,
-        args.capacity,
-        millis(lookups.latency.quantile(0.5)),
-        millis(lookups.latency.quantile(0.99)),
-        grouped(lookups.retries),
-        grouped(lookups.timeouts),
-    );
-    println!(
-        "output     {} committed in {} in {}",
-        counted(verdict.records, "record"),
-        counted(verdict.files as u64, "file"),
-        args.output.display()
-    );
-    print_verdict(verdict);
-}
-
-fn print_minutes(minutes: &output::MinutesVerdict, probes: &Probes, dir: &Path) {
-    let late = probes.late_clicks.get();
-    let late = if late == 0 {
-        String::new()
-    } else {
-        format!(", {} late clicks dropped", grouped(late))
+    let last = match s.probes.clock.last() {
+        Some((id, took)) => format!(", the last (chk-{id}) in {} ms", took.as_millis()),
+        None => String::new(),
     };
-    if minutes.exact() {
-        println!(
-            "windows    {} (user, minute) counts committed in {}{late}: no window twice, and \
-             each user's minutes add up to the user's clicks: exactly once",
-            grouped(minutes.windows),
-            output::minutes_dir(dir).display()
-        );
-    } else {
-        println!(
-            "NOT EXACT  per-minute counts: {} windows, {} committed twice, {} users whose \
-             minutes do not add up{late}",
-            grouped(minutes.windows),
-            grouped(minutes.duplicates),
-            grouped(minutes.wrong_users as u64)
-        );
-    }
-}
-
-fn print_verdict(verdict: &Verdict) {
-    if verdict.exact() {
-        println!(
-            "verified   read back: no duplicates, and the committed counts of {} add up to the {} \
-             events that passed the filters: exactly once",
-            counted(verdict.users as u64, "user"),
-            grouped(verdict.expected)
-        );
-    } else {
-        println!(
-            "NOT EXACT  read back: {}, {} with wrong counts, {} for the {} events that passed \
-             the filters",
-            counted(verdict.duplicates, "duplicate record"),
-            counted(verdict.wrong_users as u64, "user"),
-            counted(verdict.records, "record"),
-            grouped(verdict.expected)
-        );
-    }
-    let top: Vec<String> = verdict
+    row(
+        "checkpoints",
+        format!(
+            "{} completed{last}{restored}; {} ({} injected)",
+            result.completed_checkpoints,
+            counted(result.restarts.into(), "restart"),
+            counted(s.probes.failures.injected().into(), "failure"),
+        ),
+    );
+    let lookups = s.probes.lookups.total();
+    row(
+        "lookups",
+        format!(
+            "{} completed{}, in flight max {} ({} x {}), latency p50 {:.1} ms, p99 {:.1} ms, {} retries, {} timeouts",
+            grouped(lookups.completed),
+            if result.restarts > 0 {
+                " over every attempt"
+            } else {
+                ""
+            },
+            s.watched.max_in_flight,
+            s.parallelism,
+            s.args.capacity,
+            millis(lookups.latency.quantile(0.5)),
+            millis(lookups.latency.quantile(0.99)),
+            grouped(lookups.retries),
+            grouped(lookups.timeouts),
+        ),
+    );
+    let top: Vec<String> = check
         .top
         .iter()
         .map(|(user, clicks)| format!("user {user} ({})", grouped(*clicks)))
         .collect();
-    println!("top users  {}", top.join(", "));
+    row("top users", top.join(", "));
+    let late = s.probes.late_clicks.get();
+    if check.passed() {
+        println!(
+            "output check: PASSED: read back from {}: {} rows, one per (user, minute) the clicks \
+             give, none twice, every count right, adding up to the {} clicks that passed the \
+             filters",
+            s.args.table,
+            grouped(check.rows),
+            grouped(check.passed),
+        );
+    } else {
+        println!(
+            "output check: FAILED: read back from {}: {} rows for {} (user, minute) pairs, {} \
+             twice, {} missing or with a wrong count, {} unexpected; {} clicks counted for {} \
+             that passed the filters; {} late clicks dropped by the window",
+            s.args.table,
+            grouped(check.rows),
+            grouped(check.expected_keys),
+            grouped(check.duplicates),
+            grouped(check.wrong),
+            grouped(check.unexpected),
+            grouped(check.clicks),
+            grouped(check.passed),
+            grouped(late),
+        );
+    }
 }
 
 fn millis(d: Duration) -> f64 {

@@ -1,10 +1,12 @@
-//! The click events: how the generator makes them, the filters they pass, and the count that
-//! passes them, worked out independently of the job for checking its output.
+//! The click events: how the generator makes them (the lines of the click files), the filters
+//! they pass, and what the job should commit, worked out independently of the job for checking
+//! its output.
 
 use rand::RngCore;
 use rand_distr::{Distribution, Zipf};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
+use std::io::{self, Write};
 
 /// Number of distinct users the generator draws from.
 pub const USERS: u64 = 100_000;
@@ -12,12 +14,14 @@ pub const USERS: u64 = 100_000;
 pub const ZIPF_EXPONENT: f64 = 1.1;
 /// Events arrive up to this late relative to their place in the stream.
 pub const MAX_LATENESS_MS: u64 = 2_000;
-/// Event time of event 0, in milliseconds since the Unix epoch (2024-01-01T00:00:00Z).
-const START_MS: i64 = 1_704_067_200_000;
-/// Events per millisecond of event time.
-const EVENTS_PER_MS: u64 = 1_000;
+/// Events per second of event time: 1,600,000 events span about 1 hour 47 minutes.
+pub const EVENTS_PER_SECOND: u64 = 250;
+/// Event time of event 0, in milliseconds since the Unix epoch (2024-01-01T08:00:00Z).
+const START_MS: i64 = 1_704_096_000_000;
 /// One event in this many comes from a crawler.
 const BOT_ONE_IN: u64 = 50;
+/// The length of a window, in milliseconds.
+pub const MINUTE_MS: i64 = 60_000;
 
 /// Urls as they appear in the raw log; the last two do not parse.
 const URLS: [&str; 10] = [
@@ -34,25 +38,26 @@ const URLS: [&str; 10] = [
 ];
 
 /// User agents of human visitors.
-const BROWSERS: [&str; 3] = [
-    "Mozilla/5.0 (X11; Linux x86_64) Firefox/128.0",
-    "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_5) Safari/605.1.15",
-    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) Chrome/126.0",
-];
+const BROWSERS: [&str; 3] = ["Firefox/128.0", "Safari/605.1.15", "Chrome/126.0"];
 
 /// User agents of crawlers.
-const BOTS: [&str; 2] = [
-    "Googlebot/2.1 (+http://www.google.com/bot.html)",
-    "Mozilla/5.0 (compatible; bingbot/2.0)",
-];
+const BOTS: [&str; 2] = ["Googlebot/2.1", "bingbot/2.0"];
 
-/// A click as it comes out of the log, before validation.
-#[derive(Clone, Debug)]
+/// The header line of every click file.
+pub const CSV_HEADER: &str = "time_ms,user,url,agent";
+
+/// A click as a line of a click file (CSV, columns in [`CSV_HEADER`]'s order), before
+/// validation.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RawClick {
-    user: u64,
-    url: &'static str,
-    user_agent: &'static str,
-    timestamp_ms: i64,
+    /// Event time, in milliseconds since the Unix epoch.
+    pub time_ms: i64,
+    /// Who clicked.
+    pub user: u64,
+    /// What was clicked, as logged.
+    pub url: String,
+    /// The browser or crawler.
+    pub agent: String,
 }
 
 /// A validated click of a human visitor. Serializable because the async operator stores the
@@ -95,41 +100,78 @@ impl RngCore for SplitMix64 {
     }
 }
 
-/// Event `index` of the clickstream: derived from the index only, so every run agrees.
-pub fn raw_click(index: u64, users: &Zipf<f64>) -> RawClick {
+/// One generated event, borrowing its strings from the tables above.
+#[derive(Clone, Copy, Debug)]
+pub struct Generated {
+    time_ms: i64,
+    user: u64,
+    url: &'static str,
+    agent: &'static str,
+}
+
+impl Generated {
+    /// Writes the event as one CSV line (no field needs quoting).
+    pub fn write_csv(&self, out: &mut impl Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "{},{},{},{}",
+            self.time_ms, self.user, self.url, self.agent
+        )
+    }
+}
+
+/// Event `index` of the clickstream: derived from the index only, so every run agrees. Events
+/// come in index order at [`EVENTS_PER_SECOND`], each up to [`MAX_LATENESS_MS`] late (never
+/// before event 0).
+pub fn generate(index: u64, users: &Zipf<f64>) -> Generated {
     let mut rng = SplitMix64(index);
     // Zipf samples are whole numbers from 1 up; user 0 is the most popular.
     let user = (users.sample(&mut rng) as u64).clamp(1, USERS) - 1;
     let r = rng.next_u64();
     let url = URLS[(r % URLS.len() as u64) as usize];
-    let user_agent = if (r >> 8).is_multiple_of(BOT_ONE_IN) {
+    let agent = if (r >> 8).is_multiple_of(BOT_ONE_IN) {
         BOTS[((r >> 16) % BOTS.len() as u64) as usize]
     } else {
         BROWSERS[((r >> 16) % BROWSERS.len() as u64) as usize]
     };
-    let lateness = (r >> 32) % MAX_LATENESS_MS;
-    let timestamp_ms = START_MS + (index / EVENTS_PER_MS) as i64 - lateness as i64;
-    RawClick {
+    let position_ms = index * 1_000 / EVENTS_PER_SECOND;
+    let lateness = ((r >> 32) % MAX_LATENESS_MS).min(position_ms);
+    Generated {
+        time_ms: START_MS + (position_ms - lateness) as i64,
         user,
         url,
-        user_agent,
-        timestamp_ms,
+        agent,
     }
+}
+
+fn is_bot_agent(agent: &str) -> bool {
+    agent
+        .as_bytes()
+        .windows(3)
+        .any(|w| w.eq_ignore_ascii_case(b"bot"))
+}
+
+fn is_site_path(url: &str) -> bool {
+    url.starts_with('/') && !url.contains(char::is_whitespace)
 }
 
 /// Whether a crawler made the click.
 pub fn is_bot(click: &RawClick) -> bool {
-    let agent = click.user_agent.as_bytes();
-    agent.windows(3).any(|w| w.eq_ignore_ascii_case(b"bot"))
+    is_bot_agent(&click.agent)
 }
 
 /// The click, if its url is a site path; `None` for anything else (scripts, empty urls).
 pub fn parse(click: RawClick) -> Option<Click> {
-    let valid = click.url.starts_with('/') && !click.url.contains(char::is_whitespace);
-    valid.then_some(Click {
+    is_site_path(&click.url).then_some(Click {
         user: click.user,
-        timestamp_ms: click.timestamp_ms,
+        timestamp_ms: click.time_ms,
     })
+}
+
+/// The first millisecond of the minute of `time_ms` (where its 1-minute tumbling window
+/// starts).
+pub fn minute_of(time_ms: i64) -> i64 {
+    time_ms - time_ms.rem_euclid(MINUTE_MS)
 }
 
 /// What the filters make of the first `events` events, computed without the job.
@@ -139,8 +181,8 @@ pub struct Expected {
     pub bots: u64,
     /// Clicks dropped for an invalid url.
     pub invalid: u64,
-    /// Clicks that passed both filters, per user.
-    pub per_user: FxHashMap<u64, u64>,
+    /// Clicks that passed both filters, per (user, first millisecond of the minute).
+    pub per_minute: FxHashMap<(u64, i64), u64>,
 }
 
 impl Expected {
@@ -148,11 +190,14 @@ impl Expected {
     pub fn compute(events: u64, users: &Zipf<f64>) -> Self {
         let mut expected = Expected::default();
         for i in 0..events {
-            let raw = raw_click(i, users);
-            if is_bot(&raw) {
+            let e = generate(i, users);
+            if is_bot_agent(e.agent) {
                 expected.bots += 1;
-            } else if let Some(click) = parse(raw) {
-                *expected.per_user.entry(click.user).or_insert(0) += 1;
+            } else if is_site_path(e.url) {
+                *expected
+                    .per_minute
+                    .entry((e.user, minute_of(e.time_ms)))
+                    .or_insert(0) += 1;
             } else {
                 expected.invalid += 1;
             }
@@ -162,6 +207,6 @@ impl Expected {
 
     /// Clicks that passed the filters.
     pub fn passed(&self) -> u64 {
-        self.per_user.values().sum()
+        self.per_minute.values().sum()
     }
 }

@@ -42,6 +42,11 @@ impl Profile {
         }
     }
 
+    /// Whether this is the profile of a click whose lookup timed out.
+    pub fn is_unknown(&self) -> bool {
+        self.tier == "unknown"
+    }
+
     /// The profile the in-process service holds for `user`: made up, but always the same.
     pub fn of(user: u64) -> Self {
         const COUNTRIES: [&str; 8] = ["DE", "FR", "US", "BR", "IN", "JP", "NG", "SE"];
