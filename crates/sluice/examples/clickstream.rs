@@ -3,7 +3,7 @@
 //! exactly once to an Iceberg table.
 //!
 //! ```text
-//! Source: Click files (FileSource, CSV, one split per file) -> Checkpoint clock
+//! Source: Click files (FileSource, CSV, one split per file)
 //!     -> Fault injection -> Drop bots -> Parse -> Timestamps/Watermarks
 //!     -> Enrich: profile lookup (async HTTP, unordered, retries, timeout)      (one chain per subtask)
 //!     == key_by(user) ==>
@@ -62,10 +62,11 @@
 //!
 //! While it runs, one progress line shows the clicks read per second, the lookups in flight,
 //! the largest share of the last second a subtask spent backpressured, and the last completed
-//! checkpoint with its duration (a plain line every 5 s when stdout is not a terminal); the
-//! checkpoint durations and the restores come from the "Checkpoint clock" behind the source
-//! (`clickstream/progress.rs`), as the runtime does not hand them to a running job yet. At the
-//! end a short table sums the run up.
+//! checkpoint with its duration (a plain line every 5 s when stdout is not a terminal), read
+//! from the job's live view (`JobHandle::observer`). `--ui 127.0.0.1:8081` serves the web
+//! dashboard of the running job (its graph with records/s and backpressure, the checkpoint
+//! history, the last failure) and its REST API; `--metrics-addr 127.0.0.1:9249` serves its
+//! Prometheus metrics. At the end a short table sums the run up.
 //!
 //! Run it with `cargo run --release --example clickstream -- --help` for the flags.
 
@@ -88,7 +89,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use events::{Click, Expected, MINUTE_MS, RawClick, USERS, ZIPF_EXPONENT};
 use lookup::{EnrichedClick, LookupError, ProfileLookup, ServiceBehaviour};
-use progress::{Clock, Progress, Reading};
+use progress::{Checkpoints, Progress, Reading};
 use sluice::JobHandle;
 use sluice::async_io::{AsyncMetrics, MAX_CAPACITY};
 use sluice::failover::RestartStrategy;
@@ -189,8 +190,14 @@ struct Args {
     /// Clicks per batch with --lookup redis or postgres (a batch also leaves after 2 ms)
     #[arg(long, default_value_t = 100, value_parser = parse_capacity)]
     lookup_batch_size: usize,
-    // The web dashboard and the Prometheus endpoint of sluice-web (`--ui ADDR`,
-    // `--metrics-addr ADDR`) get their flags here; `run` attaches them where it says so.
+    /// Serve the web dashboard and REST API of the running job on this address (for example
+    /// 127.0.0.1:8081)
+    #[arg(long, value_name = "ADDR")]
+    ui: Option<std::net::SocketAddr>,
+    /// Serve the job's metrics for Prometheus at /metrics on this address (for example
+    /// 127.0.0.1:9249)
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 fn parse_files(s: &str) -> Result<usize, String> {
@@ -257,7 +264,6 @@ fn existing_path(s: &str) -> Result<PathBuf, String> {
 struct Probes {
     lookups: AsyncMetrics,
     late_clicks: LateRecordsDropped,
-    clock: Clock,
     failures: FailureInjector,
 }
 
@@ -266,6 +272,8 @@ struct Watched {
     result: JobResult,
     elapsed: Duration,
     max_in_flight: u64,
+    /// The last completed checkpoint and its duration.
+    last_checkpoint: Option<(u64, Duration)>,
 }
 
 /// A sluice job keeps a batch of records alive across operators, which glibc's allocator serves
@@ -296,6 +304,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(progress::LogWriter::default)
+        // Colours only where a person reads them.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
 
     let data = prepare_data(&args).await?;
@@ -309,7 +319,6 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     }
     let (lookup_url, service) = lookup_service(&args).await?;
     let env = configure(&args, parallelism)?;
-    // The web dashboard and the Prometheus endpoint (--ui, --metrics-addr) attach to `env` here.
     let probes = build_job(
         &env,
         &args,
@@ -323,6 +332,27 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let job = env
         .submit("clickstream")
         .context("the clickstream job could not start")?;
+    // The servers stop when these guards are dropped, after the summary.
+    let _ui = match args.ui {
+        Some(addr) => {
+            let ui = sluice_web::serve_dashboard(addr, job.observer())
+                .await
+                .with_context(|| format!("cannot serve the dashboard on {addr}"))?;
+            println!("dashboard  http://{}/", ui.local_addr());
+            Some(ui)
+        }
+        None => None,
+    };
+    let _metrics = match args.metrics_addr {
+        Some(addr) => {
+            let metrics = sluice_web::serve_prometheus(addr, job.observer())
+                .await
+                .with_context(|| format!("cannot serve metrics on {addr}"))?;
+            println!("metrics    http://{}/metrics", metrics.local_addr());
+            Some(metrics)
+        }
+        None => None,
+    };
     let watched = watch(job, &probes, &args, data.events).await;
     if let Some(service) = service {
         service.abort();
@@ -440,11 +470,8 @@ fn build_job(
         Some(n) => FailureInjector::at_record(0, (n / parallelism as u64).max(1)),
         None => FailureInjector::at_record(0, u64::MAX).times(0),
     };
-    let clock = Clock::default();
     let clicks = env
         .from_source(FileSource::<RawClick>::csv(&data.dir), None, SOURCE)
-        .process(clock.operator())
-        .name("Checkpoint clock")
         .process(failures.clone())
         .name("Fault injection")
         .filter(|c: &RawClick| !events::is_bot(c))
@@ -480,7 +507,6 @@ fn build_job(
     Ok(Probes {
         lookups,
         late_clicks,
-        clock,
         failures,
     })
 }
@@ -639,6 +665,7 @@ async fn watch(
 ) -> anyhow::Result<Watched> {
     let started = Instant::now();
     let mut progress = Progress::new(events, SOURCE);
+    let mut checkpoints = Checkpoints::new(job.observer());
     let mut samples = tokio::time::interval(SAMPLE_EVERY);
     samples.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let ticks_per_update = (PROGRESS_EVERY.as_millis() / SAMPLE_EVERY.as_millis()) as u64;
@@ -663,36 +690,37 @@ async fn watch(
                 max_in_flight = max_in_flight.max(in_flight);
                 if probes.failures.injected() > failures {
                     failures = probes.failures.injected();
-                    let last = probes.clock.last().map_or("none yet".to_string(), |(id, _)| format!("chk-{id}"));
+                    let last = checkpoints.last().map_or("none yet".to_string(), |(id, _)| format!("chk-{id}"));
                     progress.println(&format!(
                         "  ** injected failure #{failures}: the job fails and restarts from its \
                          last completed checkpoint ({last})"
                     ));
                 }
-                report_restores(probes, &progress);
+                report_restores(checkpoints.refresh(), &progress);
                 tick += 1;
                 if tick.is_multiple_of(ticks_per_update) {
                     progress.update(Reading {
                         metrics: &job.metrics(),
                         in_flight,
-                        checkpoint: probes.clock.last(),
+                        checkpoint: checkpoints.last(),
                     });
                 }
             }
         }
     };
-    report_restores(probes, &progress);
+    report_restores(checkpoints.refresh(), &progress);
     progress.finish();
     Ok(Watched {
         result: result.context("the clickstream job failed")?,
         elapsed: started.elapsed(),
         max_in_flight,
+        last_checkpoint: checkpoints.last(),
     })
 }
 
-/// Prints the restores the checkpoint clock saw since the last call.
-fn report_restores(probes: &Probes, progress: &Progress) {
-    for (attempt, restored) in probes.clock.take_restores() {
+/// Prints `restores`: (attempt, the checkpoint it restored).
+fn report_restores(restores: Vec<(u32, Option<u64>)>, progress: &Progress) {
+    for (attempt, restored) in restores {
         let who = match attempt {
             0 => "the job".to_string(),
             n => format!("attempt {n}"),
@@ -799,7 +827,7 @@ fn print_summary(s: &Summary<'_>) {
         .restored_from
         .map(|id| format!(", resumed from checkpoint {id}"))
         .unwrap_or_default();
-    let last = match s.probes.clock.last() {
+    let last = match s.watched.last_checkpoint {
         Some((id, took)) => format!(", the last (chk-{id}) in {} ms", took.as_millis()),
         None => String::new(),
     };

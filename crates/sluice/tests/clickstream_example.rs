@@ -124,7 +124,20 @@ fn parquet_files(dir: &Path) -> usize {
 #[test]
 fn the_example_survives_an_injected_failure_with_the_same_check_passing() {
     let dir = tempfile::tempdir().unwrap();
-    let (stdout, stderr) = assert_passed(&run_example(dir.path(), &["--fail-after", "8000"]));
+    // With the dashboard and the Prometheus endpoint on, on ports the system picks.
+    let (stdout, stderr) = assert_passed(&run_example(
+        dir.path(),
+        &[
+            "--fail-after",
+            "8000",
+            "--ui",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+    ));
+    assert!(stdout.contains("dashboard  http://127.0.0.1:"), "{stdout}");
+    assert!(stdout.contains("metrics    http://127.0.0.1:"), "{stdout}");
     assert!(
         stderr.contains("injected failure"),
         "no failure reported:\n{stderr}"

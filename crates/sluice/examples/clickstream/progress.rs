@@ -1,19 +1,12 @@
 //! What the run shows while it runs: one live progress line (indicatif) on a terminal, a plain
-//! line every few seconds otherwise; and the checkpoint clock, a pass-through operator right
-//! behind the source that times each checkpoint (from its barrier at the source to the
-//! notification that it completed) and notices restores.
-//!
-//! The clock stands in for what the runtime does not hand a running job yet: the last completed
-//! checkpoint with its duration, and the restarts as they happen. The live `JobObserver` of
-//! sluice-runtime (with its checkpoint history) replaces it once it exists.
+//! line every few seconds otherwise; the last completed checkpoint with its duration and the
+//! restores as they happen, read from the job's live view (`JobObserver`).
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sluice::JobMetrics;
-use sluice::core::CheckpointId;
-use sluice::prelude::*;
-use std::collections::{BTreeMap, HashMap};
+use sluice::{JobMetrics, JobObserver};
+use std::collections::HashMap;
 use std::io::IsTerminal as _;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The live bar, for the panic hook to print above it.
@@ -51,125 +44,59 @@ impl Drop for LogWriter {
     }
 }
 
-/// What the clock saw, shared by its subtasks and the progress line.
-#[derive(Debug, Default)]
-struct ClockState {
-    /// When the first subtask saw each barrier still in flight.
-    barriers: BTreeMap<u64, Instant>,
-    /// The last completed checkpoint and its duration.
+/// What the job's live view ([`JobObserver`]) says about checkpoints and restarts, read by the
+/// progress line: the last completed checkpoint with its duration, and the restores not
+/// reported yet.
+pub struct Checkpoints {
+    observer: JobObserver,
     last: Option<(u64, Duration)>,
-    /// Attempts that started, with the checkpoint each restored (`None`: from the start), not
-    /// yet reported.
-    restores: BTreeMap<u32, Option<u64>>,
-    /// The first attempt not reported yet.
-    unreported: u32,
+    reported_restarts: u32,
+    reported_start: bool,
 }
 
-/// The checkpoint clock's shared side.
-#[derive(Clone, Debug, Default)]
-pub struct Clock(Arc<Mutex<ClockState>>);
-
-impl Clock {
-    fn with<R>(&self, f: impl FnOnce(&mut ClockState) -> R) -> R {
-        let mut state = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        f(&mut state)
+impl Checkpoints {
+    /// Reads the live view of the job `observer` watches.
+    pub fn new(observer: JobObserver) -> Self {
+        Checkpoints {
+            observer,
+            last: None,
+            reported_restarts: 0,
+            reported_start: false,
+        }
     }
 
-    /// The last completed checkpoint and how long it took.
+    /// Takes a fresh snapshot; returns the restores since the last call: (attempt, the
+    /// checkpoint it restored, `None` for a start from the beginning). A restarted attempt
+    /// restores the last completed checkpoint.
+    pub fn refresh(&mut self) -> Vec<(u32, Option<u64>)> {
+        let status = self.observer.snapshot();
+        let mut restores = Vec::new();
+        if !self.reported_start {
+            self.reported_start = true;
+            if let Some(id) = status.checkpoints.restored_from {
+                restores.push((0, Some(id)));
+            }
+        }
+        let restored = status
+            .checkpoints
+            .latest_completed
+            .as_ref()
+            .map(|c| c.id)
+            .or(status.checkpoints.restored_from);
+        for attempt in self.reported_restarts + 1..=status.restarts {
+            restores.push((attempt, restored));
+        }
+        self.reported_restarts = self.reported_restarts.max(status.restarts);
+        self.last = status
+            .checkpoints
+            .latest_completed
+            .map(|c| (c.id, Duration::from_millis(c.duration_ms.unwrap_or(0))));
+        restores
+    }
+
+    /// The last completed checkpoint and how long it took, as of the last refresh.
     pub fn last(&self) -> Option<(u64, Duration)> {
-        self.with(|s| s.last)
-    }
-
-    /// Restarts not reported yet: (attempt, checkpoint it restored).
-    pub fn take_restores(&self) -> Vec<(u32, Option<u64>)> {
-        self.with(|s| {
-            let new: Vec<_> = s
-                .restores
-                .range(s.unreported..)
-                .map(|(&a, &c)| (a, c))
-                .collect();
-            if let Some(&(a, _)) = new.last() {
-                s.unreported = a + 1;
-            }
-            new
-        })
-    }
-
-    /// The operator to chain behind the source.
-    pub fn operator(&self) -> ClockOp {
-        ClockOp {
-            clock: self.clone(),
-            restored: None,
-        }
-    }
-}
-
-/// The pass-through operator of the [`Clock`]; its state is the id of the checkpoint it belongs
-/// to, so that a restored subtask knows which checkpoint it restored.
-#[derive(Clone)]
-pub struct ClockOp {
-    clock: Clock,
-    restored: Option<u64>,
-}
-
-impl<T: Data> Operator<T> for ClockOp {
-    type Out = T;
-
-    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
-        for entry in state.entries() {
-            let bytes: [u8; 8] = entry
-                .as_slice()
-                .try_into()
-                .map_err(|_| format!("checkpoint clock: a state entry of {} bytes", entry.len()))?;
-            let id = u64::from_le_bytes(bytes);
-            self.restored = Some(self.restored.map_or(id, |r| r.max(id)));
-        }
-        Ok(())
-    }
-
-    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
-        let (attempt, restored) = (ctx.attempt_number(), self.restored);
-        if attempt > 0 || restored.is_some() {
-            self.clock.with(|s| {
-                let r = s.restores.entry(attempt).or_insert(restored);
-                *r = (*r).max(restored);
-            });
-        }
-        Ok(())
-    }
-
-    fn process_batch(&mut self, batch: Vec<T>, out: &mut Collector<T>) -> Result<(), UserError> {
-        out.forward_batch(batch);
-        Ok(())
-    }
-
-    fn snapshot_state(
-        &mut self,
-        checkpoint: CheckpointId,
-        _out: &mut Collector<T>,
-    ) -> Result<OperatorState, UserError> {
-        let now = Instant::now();
-        self.clock.with(|s| {
-            s.barriers.entry(checkpoint.0).or_insert(now);
-        });
-        Ok(OperatorState::from_entries(vec![
-            checkpoint.0.to_le_bytes().to_vec(),
-        ]))
-    }
-
-    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<(), UserError> {
-        let now = Instant::now();
-        self.clock.with(|s| {
-            if let Some(started) = s.barriers.remove(&checkpoint.0) {
-                s.last = Some((checkpoint.0, now - started));
-            }
-            // Barriers of aborted checkpoints are never notified.
-            s.barriers = s.barriers.split_off(&checkpoint.0);
-        });
-        Ok(())
+        self.last
     }
 }
 
