@@ -17,7 +17,8 @@
 //! `PUT`, which the store makes visible whole or not at all, and the metadata object is put
 //! last, after every state file it lists was checked to exist; a checkpoint without it is
 //! incomplete and removed by [`initialize`](CheckpointStorage::initialize). Retention deletes
-//! whole checkpoints beyond the newest `retained`. The crate is separate from the runtime so
+//! whole checkpoints beyond the newest `retained`, metadata first, so a deletion cut short
+//! leaves an incomplete checkpoint rather than a complete one with files missing. The crate is separate from the runtime so
 //! that a job in local mode does not compile the cloud clients.
 //!
 //! ```
@@ -223,18 +224,26 @@ impl ObjectStoreCheckpointStorage {
         Ok(listed)
     }
 
-    /// Deletes `objects` (a checkpoint's), a few at a time.
+    /// Deletes `objects` (a checkpoint's): its metadata first, then the rest a few at a time,
+    /// so that a deletion that stops half-way leaves an incomplete checkpoint (garbage that
+    /// `initialize` removes), never a complete one with files missing.
     async fn delete_all(&self, objects: Vec<ObjectPath>) -> Result<(), StorageError> {
-        futures::stream::iter(objects)
-            .map(|o| async move {
-                match self.store.delete(&o).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                    Err(e) => Err(self.io_error("delete", &o, e)),
-                }
-            })
+        let (metadata, rest) = metadata_first(objects);
+        for o in metadata {
+            self.delete_one(o).await?;
+        }
+        futures::stream::iter(rest)
+            .map(|o| self.delete_one(o))
             .buffer_unordered(CONCURRENT_REQUESTS)
             .try_collect()
             .await
+    }
+
+    async fn delete_one(&self, object: ObjectPath) -> Result<(), StorageError> {
+        match self.store.delete(&object).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.io_error("delete", &object, e)),
+        }
     }
 
     /// Refuses to write into checkpoint `id` once its metadata exists.
@@ -337,7 +346,7 @@ impl ObjectStoreCheckpointStorage {
             if id == current {
                 continue;
             }
-            match self.delete_all(metadata_last(l.objects)).await {
+            match self.delete_all(l.objects).await {
                 Ok(()) => removed.push(id),
                 Err(e) => tracing::warn!("cannot remove retired checkpoint {id}: {e}"),
             }
@@ -424,11 +433,12 @@ fn checkpoint_file(object: &ObjectPath, prefix: &ObjectPath) -> Option<(Checkpoi
     Some((id, file.as_ref() == METADATA_FILE))
 }
 
-/// `objects` with the metadata last, so that a checkpoint whose deletion stops half-way is
-/// left incomplete (garbage that `initialize` removes), never complete with files missing.
-fn metadata_last(mut objects: Vec<ObjectPath>) -> Vec<ObjectPath> {
-    objects.sort_by_key(|o| o.filename() == Some(METADATA_FILE));
+/// `objects` split into the metadata objects and the others, the order in which a checkpoint
+/// is deleted.
+fn metadata_first(objects: Vec<ObjectPath>) -> (Vec<ObjectPath>, Vec<ObjectPath>) {
     objects
+        .into_iter()
+        .partition(|o| o.filename() == Some(METADATA_FILE))
 }
 
 impl CheckpointStorage for ObjectStoreCheckpointStorage {
@@ -507,7 +517,7 @@ impl CheckpointStorage for ObjectStoreCheckpointStorage {
                 .try_collect()
                 .await
                 .map_err(|e| self.io_error("list", &self.checkpoint_prefix(id), e))?;
-            self.delete_all(metadata_last(objects)).await
+            self.delete_all(objects).await
         })
     }
 

@@ -236,3 +236,19 @@ fn urls_that_name_no_store_are_refused_naming_them() {
     .unwrap();
     assert_eq!(s.location(), "s3://bucket/a/b");
 }
+
+#[test]
+fn a_checkpoint_is_deleted_metadata_first() {
+    let objects: Vec<ObjectPath> = [
+        "p/chk-1/node-0.subtask-0.state",
+        "p/chk-1/_metadata",
+        "p/chk-1/node-0.coordinator.state",
+    ]
+    .into_iter()
+    .map(ObjectPath::from)
+    .collect();
+    let (first, rest) = metadata_first(objects);
+    assert_eq!(first, vec![ObjectPath::from("p/chk-1/_metadata")]);
+    assert_eq!(rest.len(), 2);
+    assert!(rest.iter().all(|o| o.filename() != Some(METADATA_FILE)));
+}
