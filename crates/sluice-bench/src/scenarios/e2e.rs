@@ -20,17 +20,17 @@
 //! - **wall**: launch to exit, measured by the launcher.
 
 use super::CommonArgs;
+use super::window::{Count, digest_entry, record};
 use crate::measure::{machine, peak_rss_kib, process_cpu_time, runtime};
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use sluice::prelude::*;
-use sluice::window::{AggregateFunction, TumblingEventTimeWindows};
+use sluice::window::TumblingEventTimeWindows;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-const KEYS: u64 = 10_000;
 const CAPACITY: usize = 100;
 const BOUND_MS: u64 = 1_000;
 const MINUTE_MS: u64 = 60_000;
@@ -93,42 +93,6 @@ fn epoch_ns() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// Record `i`: the `window` scenario's (key, event time).
-#[inline]
-fn record(i: u64) -> (u64, i64) {
-    let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let key = (h >> 20) % KEYS;
-    let jitter = ((h >> 40) % 500) as i64;
-    (key, (i as i64) * 3 / 5 - jitter)
-}
-
-#[inline]
-fn digest_entry(key: u64, start: i64, count: u64) -> u64 {
-    (key.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ (start as u64).wrapping_mul(0x9E37_79B9))
-        .wrapping_add(count)
-}
-
-#[derive(Clone)]
-struct Count;
-
-impl AggregateFunction<(u64, i64)> for Count {
-    type Acc = u64;
-    type Out = u64;
-    fn create_accumulator(&self) -> u64 {
-        0
-    }
-    fn add(&self, _: (u64, i64), acc: &mut u64) {
-        *acc += 1;
-    }
-    fn get_result(&self, acc: &u64) -> u64 {
-        *acc
-    }
-    fn merge(&self, a: u64, b: u64) -> u64 {
-        a + b
-    }
-}
-
-/// Times shared by the job's functions and the probe: first async call, last end of input.
 #[derive(Default)]
 struct Clock {
     first_call_ns: AtomicU64,

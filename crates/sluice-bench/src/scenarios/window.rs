@@ -55,7 +55,7 @@ enum Case {
 /// Record `i`: a key out of 10,000 and an event time advancing 0.6 ms per record (100,000
 /// records per minute, so 10 per key and window), up to 499 ms early.
 #[inline]
-fn record(i: u64) -> (u64, i64) {
+pub(super) fn record(i: u64) -> (u64, i64) {
     let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let key = (h >> 20) % KEYS;
     let jitter = ((h >> 40) % 500) as i64;
@@ -63,13 +63,13 @@ fn record(i: u64) -> (u64, i64) {
 }
 
 #[inline]
-fn digest_entry(key: u64, start: i64, count: u64) -> u64 {
+pub(super) fn digest_entry(key: u64, start: i64, count: u64) -> u64 {
     (key.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ (start as u64).wrapping_mul(0x9E37_79B9))
         .wrapping_add(count)
 }
 
 #[derive(Clone)]
-struct Count;
+pub(super) struct Count;
 
 impl AggregateFunction<(u64, i64)> for Count {
     type Acc = u64;
