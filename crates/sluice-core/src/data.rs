@@ -1,5 +1,7 @@
 //! The [`Data`] bound: what a record type must be to travel through a job.
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 
 /// A type that can flow through a sluice job as a record.
@@ -12,6 +14,6 @@ use std::fmt::Debug;
 /// fn assert_data<T: sluice_core::Data>() {}
 /// assert_data::<(String, u64)>();
 /// ```
-pub trait Data: Clone + Send + Debug + 'static {}
+pub trait Data: Clone + Send + Debug + Serialize + DeserializeOwned + 'static {}
 
-impl<T: Clone + Send + Debug + 'static> Data for T {}
+impl<T: Clone + Send + Debug + Serialize + DeserializeOwned + 'static> Data for T {}

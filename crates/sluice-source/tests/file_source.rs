@@ -280,7 +280,7 @@ async fn malformed_lines_can_be_skipped_and_counted() {
     assert_eq!(metrics.skipped_lines(), 2);
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
 struct Person {
     name: String,
     age: u32,

@@ -57,7 +57,7 @@ enum Only {
 }
 
 /// One record.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Event {
     id: i64,
     user: String,

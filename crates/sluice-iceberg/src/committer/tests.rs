@@ -10,7 +10,7 @@ use arrow_schema::{DataType, Field, Schema};
 use sluice_core::StreamElement;
 use sluice_runtime::testing::OperatorTestHarness;
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct Row {
     id: i64,
     key: String,

@@ -456,7 +456,7 @@ mod tests {
     use arrow_schema::{DataType, Field, Schema};
     use sluice_runtime::testing::OperatorTestHarness;
 
-    #[derive(Clone, Debug, Serialize)]
+    #[derive(Clone, Debug, Serialize, serde::Deserialize)]
     struct Row {
         id: i64,
     }

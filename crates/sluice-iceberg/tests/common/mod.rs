@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 /// One input record: `id` is unique, `key` is the partition / sort key, `ts` a timestamp in
 /// microseconds.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Event {
     pub id: i64,
     pub key: String,

@@ -93,6 +93,29 @@ pub enum Tagged<T> {
     Side(SideRecord),
 }
 
+/// A main-output record crosses a process boundary as itself. A side-output record never needs
+/// to: the stage that splits the outputs is chained to the operator that tagged them, so an
+/// attempt to encode one (chaining disabled by a future setting) fails with a message naming
+/// its tag rather than losing it.
+impl<T: serde::Serialize> serde::Serialize for Tagged<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Tagged::Main(t) => t.serialize(serializer),
+            Tagged::Side(side) => Err(serde::ser::Error::custom(format!(
+                "a record of side output '{}' cannot leave the task of the operator that \
+                 emitted it",
+                side.tag
+            ))),
+        }
+    }
+}
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Tagged<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::deserialize(deserializer).map(Tagged::Main)
+    }
+}
+
 impl<T> Tagged<T> {
     /// A side-output record for `tag`.
     pub fn side<X: Data>(tag: &OutputTag<X>, value: X) -> Self {

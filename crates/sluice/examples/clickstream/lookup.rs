@@ -64,7 +64,7 @@ impl Profile {
 }
 
 /// A click with its user's profile.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct EnrichedClick {
     /// The click.
     pub click: Click,

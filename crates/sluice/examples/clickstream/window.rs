@@ -5,7 +5,7 @@ use crate::lookup::{EnrichedClick, Profile};
 use serde::{Deserialize, Serialize};
 
 /// One row of the table: a user's clicks in one minute of event time, with the user's profile.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct ClicksPerMinute {
     /// Who clicked (Iceberg `long`).
     pub user: i64,

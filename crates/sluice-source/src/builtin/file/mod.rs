@@ -111,7 +111,7 @@ impl FileSourceMetrics {
 /// use sluice_runtime::prelude::*;
 /// use sluice_source::{FileSource, FromSource};
 ///
-/// #[derive(Clone, Debug, Deserialize)]
+/// #[derive(Clone, Debug, Deserialize, serde::Serialize)]
 /// struct Click { user: u32 }
 ///
 /// let dir = tempfile::tempdir().unwrap();
