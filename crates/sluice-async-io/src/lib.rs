@@ -54,9 +54,9 @@
 //!
 //! let env = StreamEnvironment::new();
 //! env.set_parallelism(1);
-//! let clicks = env.from_iter(vec![(1u64, "/home"), (2, "/cart"), (1, "/pay")]);
+//! let clicks = env.from_iter([(1u64, "/home"), (2, "/cart"), (1, "/pay")].map(|(u, p)| (u, p.to_string())));
 //! let enriched = AsyncDataStream::ordered_wait(
-//!     &clicks.map(|(user, page)| (user, page.to_string())),
+//!     &clicks,
 //!     async_fn(|(user, page): (u64, String)| async move {
 //!         // Stand-in for a profile lookup over the network.
 //!         tokio::time::sleep(Duration::from_millis(1)).await;

@@ -11,6 +11,8 @@
 /// The guides, one item per file.
 #[cfg(doctest)]
 mod guides {
+    #[doc = include_str!("../../../README.md")]
+    struct ProjectReadme;
     #[doc = include_str!("../../../docs/README.md")]
     struct Index;
     #[doc = include_str!("../../../docs/concepts.md")]

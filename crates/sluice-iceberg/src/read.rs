@@ -89,7 +89,7 @@ impl IcebergCatalog {
     /// use arrow_schema::{DataType, Field, Schema};
     /// use std::sync::Arc;
     ///
-    /// #[derive(Clone, Debug, serde::Serialize)]
+    /// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
     /// struct Row { n: i64 }
     ///
     /// let warehouse = tempfile::tempdir().unwrap();

@@ -107,7 +107,7 @@ impl SinkConfig {
 /// use arrow_schema::{DataType, Field, Schema};
 /// use std::sync::Arc;
 ///
-/// #[derive(Clone, Debug, serde::Serialize)]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 /// struct Click { user: String, region: String, n: i64 }
 ///
 /// let warehouse = tempfile::tempdir().unwrap();

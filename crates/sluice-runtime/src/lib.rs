@@ -41,6 +41,7 @@
 
 pub mod api;
 pub mod checkpoint;
+pub mod cluster;
 mod error;
 pub mod exchange;
 pub mod failover;

@@ -3,6 +3,7 @@
 use crate::api::source::{Generator, GeneratorReader, IterReader};
 use crate::api::stream::DataStream;
 use crate::checkpoint::CheckpointSettings;
+use crate::cluster::{RemoteTasks, WorkerJob};
 use crate::error::JobError;
 use crate::failover::{FailoverStrategy, RestartStrategy};
 use crate::graph::erased::{TypedOutput, TypedSource, TypedSourceHead};
@@ -287,8 +288,33 @@ impl StreamEnvironment {
     /// Must be called inside a tokio runtime (the tasks are spawned on it). Invalid configuration
     /// is reported here, before anything runs; a refused job can be fixed and submitted again.
     pub fn submit(&self, job_name: &str) -> Result<JobHandle, JobError> {
+        self.submit_with(job_name, None)
+    }
+
+    /// Validates and starts the job built so far as the job master of a cluster: every task
+    /// runs on a task manager, through `remote` (see [`cluster`](crate::cluster); the
+    /// `sluice-node` crate provides the gRPC side). Checkpoints, coordinators, failover and
+    /// the returned [`JobHandle`] work as in local mode.
+    pub fn submit_remote(
+        &self,
+        job_name: &str,
+        remote: Arc<RemoteTasks>,
+    ) -> Result<JobHandle, JobError> {
+        self.submit_with(job_name, Some(remote))
+    }
+
+    /// Validates the job built so far and hands it over for a task manager, which runs the
+    /// parts of it a job master deploys there (see [`cluster::Worker`](crate::cluster::Worker)).
+    /// Must be called inside a tokio runtime.
+    pub fn worker_job(&self, job_name: &str) -> Result<WorkerJob, JobError> {
         let mut inner = self.lock();
-        let submission = Submission {
+        let prepared = self.submission(&inner, job_name).prepare()?;
+        let graph = std::mem::take(&mut inner.graph);
+        Ok(prepared.into_worker_job(graph))
+    }
+
+    fn submission<'a>(&self, inner: &'a Inner, job_name: &'a str) -> Submission<'a> {
+        Submission {
             job_name,
             graph: &inner.graph,
             config: &inner.config,
@@ -299,14 +325,22 @@ impl StreamEnvironment {
             storage_backend: inner.storage_backend.clone(),
             restore_from: inner.restore_from.as_deref(),
             resume_latest: inner.resume_latest,
-        };
-        let prepared = submission.prepare()?;
+        }
+    }
+
+    fn submit_with(
+        &self,
+        job_name: &str,
+        remote: Option<Arc<RemoteTasks>>,
+    ) -> Result<JobHandle, JobError> {
+        let mut inner = self.lock();
+        let prepared = self.submission(&inner, job_name).prepare()?;
         // Accepted: the environment starts afresh for the next job.
         inner.restore_from = None;
         inner.resume_latest = false;
         let graph = std::mem::take(&mut inner.graph);
         drop(inner);
-        Ok(prepared.launch(graph))
+        Ok(prepared.launch(graph, remote))
     }
 
     /// Runs the job built so far to completion.

@@ -8,10 +8,11 @@
 //! let env = StreamEnvironment::new();
 //! env.set_parallelism(2);
 //! // Lines of text with their event time in milliseconds.
-//! let lines = env.from_iter(vec![("a b", 1_000i64), ("b c", 2_000), ("c", 61_000)]);
-//! let counts = lines
-//!     .assign_timestamps_and_watermarks(WatermarkStrategy::for_monotonous_timestamps(|l: &(&str, i64)| l.1))
-//!     .flat_map(|(line, _): (&str, i64)| line.split(' ').map(str::to_string).collect::<Vec<_>>())
+//! let lines = [("a b", 1_000i64), ("b c", 2_000), ("c", 61_000)].map(|(l, t)| (l.to_string(), t));
+//! let counts = env
+//!     .from_iter(lines)
+//!     .assign_timestamps_and_watermarks(WatermarkStrategy::for_monotonous_timestamps(|l: &(String, i64)| l.1))
+//!     .flat_map(|(line, _): (String, i64)| line.split(' ').map(str::to_string).collect::<Vec<_>>())
 //!     .name("split")
 //!     .key_by(|w: &String| w.clone())
 //!     .window(TumblingEventTimeWindows::of(Duration::from_secs(60)))

@@ -4,6 +4,8 @@
 //! behind `Box<dyn Any>` ([`AnyBox`]). Downcasts happen once per subtask at deployment, never on
 //! the record path; a failed downcast is a runtime defect and is reported as such.
 
+use crate::cluster::wire::{ElementIn, ElementOut};
+use crate::cluster::{OpenReceiver, OpenSender, TransportError};
 use crate::error::{JobError, TaskError};
 use crate::exchange::partitioner::Partitioner;
 use crate::exchange::writer::{
@@ -19,6 +21,7 @@ use crate::task::control::TaskMailbox;
 use crate::task::input::{SourceHeadInput, SourceInput, SourceReader, TaskInput};
 use crate::task::runner::Task;
 use futures::future::BoxFuture;
+use sluice_core::StreamElement;
 use sluice_core::{Data, UserError};
 use std::any::Any;
 use std::hash::Hash;
@@ -244,7 +247,17 @@ pub(crate) trait OutputOps: Send + Sync {
     fn channel(&self, capacity: usize) -> (AnyBox, AnyBox);
     fn null_stage(&self) -> AnyBox;
     fn tee_stage(&self, nexts: Vec<AnyBox>) -> Result<AnyBox, JobError>;
+    /// Carries what a channel's receiver `rx` gets to another process: encodes each element
+    /// and sends it on the data-plane channel `out` opens, until the end of input.
+    fn send_pump(&self, rx: AnyBox, out: OpenSender, what: String) -> Result<Pump, JobError>;
+    /// Carries what arrives on the data-plane channel `input` opens into a channel's sender
+    /// `tx`, decoding each element, until the end of input.
+    fn receive_pump(&self, input: OpenReceiver, tx: AnyBox, what: String)
+    -> Result<Pump, JobError>;
 }
+
+/// A future that moves one channel's elements across processes; it fails the task it serves.
+pub(crate) type Pump = BoxFuture<'static, Result<(), TaskError>>;
 
 pub(crate) struct TypedOutput<T>(pub(crate) PhantomData<fn() -> T>);
 
@@ -264,6 +277,57 @@ impl<T: Data> OutputOps for TypedOutput<T> {
             .collect::<Result<Vec<_>, _>>()?;
         let s: Stage<T> = Box::new(TeeStage::new(nexts));
         Ok(Box::new(s))
+    }
+    fn send_pump(&self, rx: AnyBox, out: OpenSender, what: String) -> Result<Pump, JobError> {
+        let mut rx = downcast::<ChannelReceiver<T>>(rx, "an outgoing remote channel")?;
+        Ok(Box::pin(async move {
+            let broken = |e: TransportError| TaskError::PeerGone(format!("{what}: {e}"));
+            let mut out = out.await.map_err(broken)?;
+            let mut buf = Vec::new();
+            while let Some(element) = rx.recv().await {
+                let end = matches!(element, StreamElement::EndOfInput);
+                sluice_core::codec::encode_into(&ElementOut::of(&element), &mut buf).map_err(
+                    |e| TaskError::Internal(format!("{what}: cannot encode a record: {e}")),
+                )?;
+                out.send(std::mem::take(&mut buf)).await.map_err(broken)?;
+                if end {
+                    return out.close().await.map_err(broken);
+                }
+            }
+            // The producer stopped without ending its input (it failed or was cancelled): the
+            // consumer learns it from the job master, not from this channel.
+            Ok(())
+        }))
+    }
+    fn receive_pump(
+        &self,
+        input: OpenReceiver,
+        tx: AnyBox,
+        what: String,
+    ) -> Result<Pump, JobError> {
+        let tx = downcast::<ChannelSender<T>>(tx, "an incoming remote channel")?;
+        Ok(Box::pin(async move {
+            let broken = |e: TransportError| TaskError::PeerGone(format!("{what}: {e}"));
+            let mut input = input.await.map_err(broken)?;
+            loop {
+                let Some(bytes) = input.recv().await.map_err(broken)? else {
+                    return Err(TaskError::PeerGone(format!(
+                        "{what}: the channel closed before the end of input"
+                    )));
+                };
+                let element = sluice_core::codec::decode::<ElementIn<T>>(&bytes)
+                    .map_err(|e| e.to_string())
+                    .and_then(ElementIn::into_element)
+                    .map_err(|e| {
+                        TaskError::Internal(format!("{what}: undecodable element: {e}"))
+                    })?;
+                let end = matches!(element, StreamElement::EndOfInput);
+                if tx.send(element).await.is_err() || end {
+                    // The consumer is gone (it ended or was stopped), or nothing follows.
+                    return Ok(());
+                }
+            }
+        }))
     }
 }
 

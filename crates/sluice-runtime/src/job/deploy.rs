@@ -6,7 +6,10 @@
 //! channels the running attempt already reads and counting into its metrics.
 
 use crate::checkpoint::CompletedCheckpoint;
+use crate::cluster::DataPlane;
+use crate::cluster::wire::ChannelKey;
 use crate::error::JobError;
+use crate::graph::erased::Pump;
 use crate::graph::erased::{AnyBox, RunnableTask, TaskParts};
 use crate::graph::{NodeKind, StreamGraph};
 use crate::job::JobConfig;
@@ -69,6 +72,34 @@ pub(crate) struct Deployment {
     pub(crate) source_tasks: Vec<usize>,
     /// The mailbox of the task running each deployed (operator, subtask).
     pub(crate) node_mailboxes: BTreeMap<(NodeId, usize), mpsc::Sender<TaskControl>>,
+    /// On a task manager: the futures that carry the channels crossing to other processes,
+    /// with the task each belongs to and whether it sends (`true`) or receives.
+    pub(crate) pumps: Vec<(usize, Pump, bool)>,
+}
+
+/// How the channels of a deployment on a task manager reach the other task managers.
+pub(crate) struct RemoteWiring {
+    /// The tasks this process runs.
+    pub(crate) here: BTreeSet<usize>,
+    /// The task manager of every task of the batch.
+    pub(crate) placement: BTreeMap<usize, String>,
+    /// The data-plane address of every task manager.
+    pub(crate) peers: BTreeMap<String, String>,
+    pub(crate) plane: Arc<dyn DataPlane>,
+    pub(crate) epoch: u64,
+}
+
+impl RemoteWiring {
+    /// The task manager of `task` and its data-plane address.
+    fn peer(&self, task: usize) -> Result<(String, String), JobError> {
+        let tm = self.placement.get(&task).ok_or_else(|| {
+            JobError::Internal(format!("task {task} has no place in the deployment"))
+        })?;
+        let addr = self.peers.get(tm).ok_or_else(|| {
+            JobError::Internal(format!("task manager '{tm}' has no data address"))
+        })?;
+        Ok((tm.clone(), addr.clone()))
+    }
 }
 
 /// The master's ends of the channels every task of an attempt reports into.
@@ -107,6 +138,9 @@ pub(crate) enum Scope<'a> {
         tasks: &'a BTreeSet<usize>,
         metrics: &'a MetricsRegistry,
     },
+    /// The tasks a task manager runs, with fresh metrics, their channels to other processes
+    /// through the wiring's data plane.
+    Remote(&'a RemoteWiring),
 }
 
 impl Scope<'_> {
@@ -114,15 +148,24 @@ impl Scope<'_> {
         match self {
             Scope::All => true,
             Scope::Region { tasks, .. } => tasks.contains(&task),
+            Scope::Remote(w) => w.here.contains(&task),
         }
     }
 }
 
+/// Where the restored state comes from.
+pub(crate) enum Restore<'a> {
+    /// A checkpoint, split over the subtasks here.
+    Checkpoint(Option<&'a CompletedCheckpoint>),
+    /// Shares the job master split already.
+    Shares(Vec<(NodeId, usize, OperatorState)>),
+}
+
 /// Messages one task's mailbox holds before the master waits.
-const CONTROL_CAPACITY: usize = 16;
+pub(crate) const CONTROL_CAPACITY: usize = 16;
 
 /// Hands each operator subtask its share of the restored state.
-fn restored_shares(
+pub(crate) fn restored_shares(
     graph: &StreamGraph,
     plan: &Plan,
     config: &JobConfig,
@@ -177,7 +220,7 @@ pub(crate) fn deploy(
     inputs: &DeployInputs<'_>,
     scope: Scope<'_>,
     attempt: AttemptNumber,
-    restore: Option<&CompletedCheckpoint>,
+    restore: Restore<'_>,
 ) -> Result<Deployment, JobError> {
     let DeployInputs {
         graph,
@@ -189,7 +232,26 @@ pub(crate) fn deploy(
         to_coordinator_tx,
     } = *inputs;
     let checkpointing = max_concurrent_checkpoints.is_some();
-    let mut shares = restored_shares(graph, plan, config, restore)?;
+    let mut shares = match restore {
+        Restore::Checkpoint(c) => restored_shares(graph, plan, config, c)?,
+        Restore::Shares(list) => {
+            let mut shares = restored_shares(graph, plan, config, None)?;
+            for (node, s, state) in list {
+                let slot = shares
+                    .get_mut(node.0)
+                    .and_then(|n| n.get_mut(s))
+                    .ok_or_else(|| {
+                        JobError::Internal(format!(
+                            "restored state for subtask {s} of operator {node}, which this job \
+                             does not have"
+                        ))
+                    })?;
+                *slot = Some(state);
+            }
+            shares
+        }
+    };
+    let mut pumps = Vec::new();
     let mut node_mailboxes = BTreeMap::new();
     let mut controls = Vec::new();
     let mut source_tasks = Vec::new();
@@ -217,7 +279,7 @@ pub(crate) fn deploy(
                     }
                     let m = match &scope {
                         Scope::Region { metrics, .. } => metrics.get(n.id, s),
-                        Scope::All => None,
+                        Scope::All | Scope::Remote(_) => None,
                     };
                     let m = m.unwrap_or_else(|| {
                         let m = Arc::new(OperatorMetrics::default());
@@ -264,31 +326,65 @@ pub(crate) fn deploy(
         let mut per_producer: Vec<Vec<AnyBox>> = (0..pf).map(|_| Vec::new()).collect();
         if !plan.chained[e] {
             let ops = &graph.nodes[edge.from.0].out_ops;
-            if plan.is_pointwise(edge) {
-                // Subtask i feeds subtask i only: one channel each, so that no channel ties
-                // two pipelined regions together.
-                for (i, (producer, consumer)) in per_producer
+            let pointwise = plan.is_pointwise(edge);
+            for (i, producer) in per_producer.iter_mut().enumerate() {
+                // Subtask i feeds subtask i only on a pointwise edge (one channel each, so
+                // that no channel ties two pipelined regions together); every subtask
+                // otherwise (a region holds every subtask on both sides or none).
+                let consumers = if pointwise { i..i + 1 } else { 0..pt };
+                for (j, consumer) in receivers[edge.to.0]
                     .iter_mut()
-                    .zip(receivers[edge.to.0].iter_mut())
                     .enumerate()
+                    .take(consumers.end)
+                    .skip(consumers.start)
                 {
-                    if !included(edge.from, i) {
-                        continue;
-                    }
-                    let (tx, rx) = ops.channel(config.channel_capacity);
-                    producer.push(tx);
-                    consumer.push(rx);
-                }
-            } else {
-                // All-to-all: a region holds every subtask on both sides or none.
-                for (i, producer) in per_producer.iter_mut().enumerate() {
-                    if !included(edge.from, i) {
-                        continue;
-                    }
-                    for consumer in receivers[edge.to.0].iter_mut().take(pt) {
+                    let Scope::Remote(wiring) = &scope else {
+                        if !included(edge.from, i) {
+                            break;
+                        }
                         let (tx, rx) = ops.channel(config.channel_capacity);
                         producer.push(tx);
                         consumer.push(rx);
+                        continue;
+                    };
+                    let (pt_task, ct_task) =
+                        (first_task[edge.from.0] + i, first_task[edge.to.0] + j);
+                    let (p_here, c_here) = (
+                        wiring.here.contains(&pt_task),
+                        wiring.here.contains(&ct_task),
+                    );
+                    if !p_here && !c_here {
+                        continue;
+                    }
+                    let (tx, rx) = ops.channel(config.channel_capacity);
+                    let key = ChannelKey {
+                        epoch: wiring.epoch,
+                        attempt,
+                        edge: u32::try_from(e).unwrap_or(u32::MAX),
+                        producer: u32::try_from(i).unwrap_or(u32::MAX),
+                        consumer: u32::try_from(j).unwrap_or(u32::MAX),
+                    };
+                    let what = format!(
+                        "channel {e}:{i}->{j} ('{}' to '{}')",
+                        graph.nodes[edge.from.0].name, graph.nodes[edge.to.0].name
+                    );
+                    match (p_here, c_here) {
+                        (true, true) => {
+                            producer.push(tx);
+                            consumer.push(rx);
+                        }
+                        (true, false) => {
+                            let (tm, addr) = wiring.peer(ct_task)?;
+                            let out = wiring.plane.sender(&tm, &addr, key.id());
+                            pumps.push((pt_task, ops.send_pump(rx, out, what)?, true));
+                            producer.push(tx);
+                        }
+                        _ => {
+                            let (tm, addr) = wiring.peer(pt_task)?;
+                            let input = wiring.plane.receiver(&tm, &addr, key.id());
+                            pumps.push((ct_task, ops.receive_pump(input, tx, what)?, false));
+                            consumer.push(rx);
+                        }
                     }
                 }
             }
@@ -382,5 +478,6 @@ pub(crate) fn deploy(
         controls,
         source_tasks,
         node_mailboxes,
+        pumps,
     })
 }

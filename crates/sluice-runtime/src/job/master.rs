@@ -20,6 +20,7 @@
 
 use crate::checkpoint::persistence::{CheckpointRun, load_latest, load_restore};
 use crate::checkpoint::{CheckpointPlanner, CompletedCheckpoint};
+use crate::cluster::RemoteTasks;
 use crate::error::{JobError, TaskError};
 use crate::failover::{
     FailoverStrategy, FailureHistory, Regions, RestartDecision, RestartStrategy,
@@ -31,7 +32,7 @@ use crate::job::attempt::{
 };
 use crate::job::coordination::{Coordinators, reported_failure};
 use crate::job::deploy::{
-    DeployInputs, DeployedTask, Deployment, MasterChannels, MetricsRegistry, Scope, deploy,
+    DeployInputs, DeployedTask, Deployment, MasterChannels, MetricsRegistry, Restore, Scope, deploy,
 };
 use crate::job::plan::Plan;
 use crate::job::status::TaskState;
@@ -65,6 +66,24 @@ pub(crate) struct JobSpec {
     /// Whether to restore the newest valid checkpoint of the job's own checkpoint storage, if
     /// it holds one, before the first attempt.
     pub(crate) resume_latest: bool,
+    /// In cluster mode: the stand-ins that run every task on task managers.
+    pub(crate) remote: Option<Arc<RemoteTasks>>,
+}
+
+impl JobSpec {
+    /// Deploys the tasks in `scope`: here, or on task managers in cluster mode.
+    fn deploy(
+        &self,
+        inputs: &DeployInputs<'_>,
+        scope: Scope<'_>,
+        attempt: AttemptNumber,
+        restore: Option<&CompletedCheckpoint>,
+    ) -> Result<Deployment, JobError> {
+        match &self.remote {
+            Some(remote) => remote.deploy(inputs, scope, attempt, restore),
+            None => deploy(inputs, scope, attempt, Restore::Checkpoint(restore)),
+        }
+    }
 }
 
 /// What a successful run reports besides metrics.
@@ -498,7 +517,7 @@ impl AttemptContext<'_> {
             to_coordinators,
         } = MasterChannels::new(spec.plan.task_count(), max_concurrent);
         let direct_slots = coordinators.direct_slots();
-        let deployment = deploy(
+        let deployment = spec.deploy(
             &DeployInputs {
                 graph: &spec.graph,
                 plan: &spec.plan,
@@ -518,6 +537,7 @@ impl AttemptContext<'_> {
             controls,
             source_tasks,
             node_mailboxes,
+            ..
         } = match deployment {
             Ok(d) => d,
             Err(e) => return (AttemptEnd::Failed(e), checkpoints),
@@ -805,7 +825,7 @@ impl AttemptIo<'_> {
         let restore = latest.or(self.initial);
         let tasks: BTreeSet<usize> = region.tasks.iter().copied().collect();
         let spec = self.spec;
-        let d = deploy(
+        let d = spec.deploy(
             &DeployInputs {
                 graph: &spec.graph,
                 plan: &spec.plan,

@@ -8,6 +8,7 @@
 
 use crate::checkpoint::CheckpointSettings;
 use crate::checkpoint::persistence::{CheckpointRun, StoragePersistence, default_dir};
+use crate::cluster::{RemoteTasks, WorkerJob};
 use crate::error::JobError;
 use crate::failover::{ExponentialBackoff, FailoverStrategy, RestartStrategy};
 use crate::graph::{NodeKind, StreamGraph};
@@ -138,8 +139,19 @@ impl Submission<'_> {
 }
 
 impl Prepared {
-    /// Spawns the job master for `graph` and returns its handle.
-    pub(crate) fn launch(self, graph: StreamGraph) -> JobHandle {
+    /// The plan and configuration, for a task manager that runs parts of the job.
+    pub(crate) fn into_worker_job(self, graph: StreamGraph) -> WorkerJob {
+        WorkerJob {
+            fingerprint: graph.fingerprint(),
+            graph,
+            plan: self.plan,
+            config: self.config,
+        }
+    }
+
+    /// Spawns the job master for `graph` and returns its handle; with `remote`, its tasks run
+    /// on task managers.
+    pub(crate) fn launch(self, graph: StreamGraph, remote: Option<Arc<RemoteTasks>>) -> JobHandle {
         let checkpointing = self.checkpoints.map(|(settings, storage)| {
             let persistence = Arc::new(StoragePersistence {
                 storage: storage.clone(),
@@ -169,6 +181,7 @@ impl Prepared {
             failover: self.failover,
             restore_path: self.restore_from,
             resume_latest: self.resume_latest,
+            remote,
         };
         let cancel = CancellationToken::new();
         let (request_tx, requests) = mpsc::channel(REQUEST_CAPACITY);

@@ -25,7 +25,7 @@ type TimestampFn<T> = Arc<dyn Fn(&T) -> i64 + Send + Sync>;
 /// use sluice_runtime::WatermarkStrategy;
 /// use std::time::Duration;
 ///
-/// #[derive(Clone, Debug)]
+/// #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 /// struct Click { ts: i64 }
 ///
 /// let strategy = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(500), |c: &Click| c.ts)

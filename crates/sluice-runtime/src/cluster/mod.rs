@@ -1,0 +1,69 @@
+//! Cluster mode in the runtime's terms: a job master that deploys its tasks to task managers
+//! in other processes, and a task manager that runs them, with the transport left to the
+//! caller (the `sluice-node` crate carries it over gRPC and `sluice-net`), so that this crate
+//! compiles no network stack and its cluster logic is tested with in-memory transports.
+//!
+//! Where to find things:
+//! - [`wire`]: what crosses between processes (deployments, control messages, reports,
+//!   channel elements), all serde;
+//! - [`placement`]: the pure rule that puts subtasks into task managers' slots;
+//! - [`RemoteTasks`] (`master.rs`): the job master's side; every task of the job is a proxy
+//!   that forwards its mailbox to the task manager running it and ends when that task ends,
+//!   so the job master's loop, its checkpoints, coordinators and failover run unchanged;
+//! - [`Worker`] (`worker.rs`): the task manager's side; it deploys the tasks it is sent with
+//!   local channels between its own tasks and data-plane channels to the others, and sends
+//!   every report, coordinator event and task end up in order;
+//! - the seams: [`DataPlane`] (byte channels to another task manager) and
+//!   [`TaskManagerGateway`] (the job master's calls to task managers).
+//!
+//! How a job runs on a cluster: every process runs the job's own binary and builds the same
+//! graph. The job master submits it with [`StreamEnvironment::submit_remote`]; each
+//! [`Deployment`](wire::Deployment) it sends names the tasks, where every task of the batch
+//! runs, and their restored state. A task manager checks the graph's fingerprint, deploys its
+//! tasks with [`Worker::deploy`], and from then on routes [`wire::Control`] messages to them
+//! and [`wire::Up`] messages back.
+//!
+//! [`StreamEnvironment::submit_remote`]: crate::StreamEnvironment::submit_remote
+
+mod master;
+pub mod placement;
+pub mod wire;
+mod worker;
+
+pub use master::{RemoteTasks, TaskManagerGateway, TaskManagerSlots};
+pub use worker::{Worker, WorkerJob};
+
+use futures::future::BoxFuture;
+
+/// A transport failure: the peer is gone or the connection broke.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TransportError(pub String);
+
+/// The sending end of one data-plane channel. A sender never sends without credit: `send`
+/// waits until the receiver granted room.
+pub trait ByteSender: Send {
+    /// Sends one encoded element.
+    fn send(&mut self, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), TransportError>>;
+    /// Closes the channel after its last element.
+    fn close(self: Box<Self>) -> BoxFuture<'static, Result<(), TransportError>>;
+}
+
+/// The receiving end of one data-plane channel.
+pub trait ByteReceiver: Send {
+    /// The next element, or `None` once the sender closed the channel.
+    fn recv(&mut self) -> BoxFuture<'_, Result<Option<Vec<u8>>, TransportError>>;
+}
+
+/// Opening a channel's sending end.
+pub type OpenSender = BoxFuture<'static, Result<Box<dyn ByteSender>, TransportError>>;
+/// Opening a channel's receiving end.
+pub type OpenReceiver = BoxFuture<'static, Result<Box<dyn ByteReceiver>, TransportError>>;
+
+/// Byte channels between this task manager and the others.
+pub trait DataPlane: Send + Sync + 'static {
+    /// The sending end of `channel` to task manager `peer` (data address `addr`).
+    fn sender(&self, peer: &str, addr: &str, channel: u64) -> OpenSender;
+    /// The receiving end of `channel` from task manager `peer` (data address `addr`).
+    fn receiver(&self, peer: &str, addr: &str, channel: u64) -> OpenReceiver;
+}

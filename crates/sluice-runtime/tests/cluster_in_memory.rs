@@ -1,0 +1,362 @@
+//! Cluster mode's runtime side with in-memory transports: a job master deploys a keyed job to
+//! two workers (task managers) that exchange records over byte channels, and the output is the
+//! local run's, checkpoints included. A lost task manager fails the job over onto a
+//! replacement.
+
+use futures::future::BoxFuture;
+use sluice_core::CheckpointId;
+use sluice_runtime::cluster::wire::{Control, Deployment};
+use sluice_runtime::cluster::{
+    ByteReceiver, ByteSender, DataPlane, OpenReceiver, OpenSender, RemoteTasks, TaskManagerGateway,
+    TaskManagerSlots, TransportError, Worker,
+};
+use sluice_runtime::failover::RestartStrategy;
+use sluice_runtime::prelude::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc};
+
+const RECORDS: u64 = 200_000;
+
+/// Sums values per key; the count per key at the end, keyed by `i % 101`.
+fn build(
+    env: &StreamEnvironment,
+    checkpoints: &std::path::Path,
+    paced: bool,
+) -> CollectHandle<(u64, u64)> {
+    env.set_parallelism(2);
+    env.set_checkpoint_storage(checkpoints);
+    env.enable_checkpointing(Duration::from_millis(20));
+    env.set_restart_strategy(RestartStrategy::fixed_delay(3, Duration::from_millis(10)).unwrap());
+    let records = Generator::new(|i| i).take(RECORDS);
+    // Paced, the job is still running when a test stops a task manager.
+    let records = if paced {
+        records.rate_limit(200_000.0)
+    } else {
+        records
+    };
+    env.from_generator(records)
+        .map(|i| (i % 101, 1u64))
+        .key_by(|r: &(u64, u64)| r.0)
+        .process(Totals::default())
+        .collect()
+}
+
+/// Per key: the running total, checkpointed, emitted at the end of input.
+#[derive(Clone, Default)]
+struct Totals(HashMap<u64, u64>);
+
+impl Operator<(u64, u64)> for Totals {
+    type Out = (u64, u64);
+    fn snapshot_state(
+        &mut self,
+        _: CheckpointId,
+        _: &mut Collector<(u64, u64)>,
+    ) -> Result<OperatorState, UserError> {
+        let entries: Vec<(u64, u64)> = self.0.iter().map(|(k, n)| (*k, *n)).collect();
+        Ok(OperatorState::from_entries(vec![
+            sluice_core::codec::encode(&entries)?,
+        ]))
+    }
+    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
+        for entry in state.entries() {
+            for (k, n) in sluice_core::codec::decode::<Vec<(u64, u64)>>(entry)? {
+                *self.0.entry(k).or_insert(0) += n;
+            }
+        }
+        Ok(())
+    }
+    fn process_batch(
+        &mut self,
+        batch: Vec<(u64, u64)>,
+        _: &mut Collector<(u64, u64)>,
+    ) -> Result<(), UserError> {
+        for (k, n) in batch {
+            *self.0.entry(k).or_insert(0) += n;
+        }
+        Ok(())
+    }
+    fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
+        for (&k, &n) in &self.0 {
+            out.collect((k, n));
+        }
+        Ok(())
+    }
+}
+
+fn expected() -> Vec<(u64, u64)> {
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    for i in 0..RECORDS {
+        *counts.entry(i % 101).or_insert(0) += 1;
+    }
+    let mut v: Vec<_> = counts.into_iter().collect();
+    v.sort();
+    v
+}
+
+/// Byte channels in memory, bounded, created by whichever end opens first.
+#[derive(Default)]
+struct MemoryPlane {
+    channels: Mutex<
+        HashMap<
+            u64,
+            (
+                Option<mpsc::Sender<Vec<u8>>>,
+                Option<mpsc::Receiver<Vec<u8>>>,
+            ),
+        >,
+    >,
+}
+
+struct MemSender(mpsc::Sender<Vec<u8>>);
+struct MemReceiver(mpsc::Receiver<Vec<u8>>);
+
+impl ByteSender for MemSender {
+    fn send(&mut self, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            self.0
+                .send(bytes)
+                .await
+                .map_err(|_| TransportError("receiver gone".into()))
+        })
+    }
+    fn close(self: Box<Self>) -> BoxFuture<'static, Result<(), TransportError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl ByteReceiver for MemReceiver {
+    fn recv(&mut self) -> BoxFuture<'_, Result<Option<Vec<u8>>, TransportError>> {
+        Box::pin(async move { Ok(self.0.recv().await) })
+    }
+}
+
+impl MemoryPlane {
+    fn entry<R>(
+        &self,
+        channel: u64,
+        f: impl FnOnce(
+            &mut (
+                Option<mpsc::Sender<Vec<u8>>>,
+                Option<mpsc::Receiver<Vec<u8>>>,
+            ),
+        ) -> R,
+    ) -> R {
+        let mut map = self.channels.lock().unwrap();
+        let e = map.entry(channel).or_insert_with(|| {
+            let (tx, rx) = mpsc::channel(4);
+            (Some(tx), Some(rx))
+        });
+        f(e)
+    }
+}
+
+impl DataPlane for MemoryPlane {
+    fn sender(&self, _peer: &str, _addr: &str, channel: u64) -> OpenSender {
+        let tx = self.entry(channel, |e| e.0.take());
+        Box::pin(async move {
+            tx.map(|t| Box::new(MemSender(t)) as Box<dyn ByteSender>)
+                .ok_or_else(|| TransportError(format!("channel {channel} opened twice")))
+        })
+    }
+    fn receiver(&self, _peer: &str, _addr: &str, channel: u64) -> OpenReceiver {
+        let rx = self.entry(channel, |e| e.1.take());
+        Box::pin(async move {
+            rx.map(|r| Box::new(MemReceiver(r)) as Box<dyn ByteReceiver>)
+                .ok_or_else(|| TransportError(format!("channel {channel} opened twice")))
+        })
+    }
+}
+
+/// Task managers in this process, each with its own copy of the job (as its own binary would
+/// build it) and its own collected output.
+#[derive(Default)]
+struct Cluster {
+    workers: Mutex<Vec<(String, Arc<Worker>)>>,
+    outputs: Mutex<Vec<CollectHandle<(u64, u64)>>>,
+    registered: Notify,
+    deployed: Notify,
+    paced: bool,
+    deployments: Mutex<Vec<(String, usize)>>,
+}
+
+impl Cluster {
+    fn worker(&self, tm: &str) -> Result<Arc<Worker>, TransportError> {
+        self.workers
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(n, _)| n == tm)
+            .map(|(_, w)| w.clone())
+            .ok_or_else(|| TransportError(format!("no task manager {tm}")))
+    }
+
+    /// Starts a task manager named `name` whose reports reach `remote`.
+    fn start_task_manager(
+        self: &Arc<Self>,
+        checkpoints: &std::path::Path,
+        name: &str,
+        plane: Arc<MemoryPlane>,
+        remote: Arc<RemoteTasks>,
+    ) {
+        let env = StreamEnvironment::new();
+        let out = build(&env, checkpoints, self.paced);
+        let job = env.worker_job("cluster").unwrap();
+        let (up_tx, mut up) = Worker::up_channel();
+        let worker = Worker::new(job, plane, up_tx);
+        tokio::spawn(async move {
+            while let Some(msg) = up.recv().await {
+                remote.up(msg).await;
+            }
+        });
+        self.outputs.lock().unwrap().push(out);
+        self.workers
+            .lock()
+            .unwrap()
+            .push((name.to_string(), worker));
+        self.registered.notify_waiters();
+    }
+}
+
+struct Gateway(Arc<Cluster>);
+
+impl TaskManagerGateway for Gateway {
+    fn wait_for_slots(&self, slots: usize) -> BoxFuture<'_, Result<Vec<TaskManagerSlots>, String>> {
+        Box::pin(async move {
+            loop {
+                let registered = self.0.registered.notified();
+                let tms: Vec<TaskManagerSlots> = self
+                    .0
+                    .workers
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|(n, _)| TaskManagerSlots {
+                        name: n.clone(),
+                        slots: 1,
+                        data_address: format!("mem://{n}"),
+                    })
+                    .collect();
+                if tms.len() >= slots {
+                    return Ok(tms);
+                }
+                registered.await;
+            }
+        })
+    }
+    fn deploy(&self, tm: &str, d: Deployment) -> BoxFuture<'_, Result<(), TransportError>> {
+        let tm = tm.to_string();
+        Box::pin(async move {
+            self.0
+                .deployments
+                .lock()
+                .unwrap()
+                .push((tm.clone(), d.tasks.len()));
+            let deployed = self
+                .0
+                .worker(&tm)?
+                .deploy(d)
+                .map_err(|e| TransportError(e.to_string()));
+            self.0.deployed.notify_waiters();
+            deployed
+        })
+    }
+    fn control(&self, tm: &str, c: Control) -> BoxFuture<'_, Result<(), TransportError>> {
+        let tm = tm.to_string();
+        Box::pin(async move {
+            self.0.worker(&tm)?.control(c).await;
+            Ok(())
+        })
+    }
+    fn cancel(
+        &self,
+        tm: &str,
+        epoch: u64,
+        attempt: u32,
+        tasks: Vec<usize>,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let tm = tm.to_string();
+        Box::pin(async move {
+            self.0.worker(&tm)?.cancel(epoch, attempt, &tasks);
+            Ok(())
+        })
+    }
+}
+
+fn collected(cluster: &Cluster) -> Vec<(u64, u64)> {
+    let mut all: Vec<(u64, u64)> = cluster
+        .outputs
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|h| h.take())
+        .collect();
+    all.sort();
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_split_over_two_task_managers_gives_the_local_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Arc::new(Cluster::default());
+    let plane = Arc::new(MemoryPlane::default());
+    let remote = RemoteTasks::new(Arc::new(Gateway(cluster.clone())), 7);
+    let env = StreamEnvironment::new();
+    let _unused_on_the_master = build(&env, dir.path(), false);
+    let handle = env.submit_remote("cluster", remote.clone()).unwrap();
+    cluster.start_task_manager(dir.path(), "tm-a", plane.clone(), remote.clone());
+    cluster.start_task_manager(dir.path(), "tm-b", plane.clone(), remote.clone());
+    let result = handle.await.unwrap();
+    assert_eq!(collected(&cluster), expected());
+    // Both task managers ran part of the job: one slot each, parallelism 2.
+    let deployed = cluster.deployments.lock().unwrap().clone();
+    assert!(
+        deployed.iter().any(|(tm, _)| tm == "tm-a") && deployed.iter().any(|(tm, _)| tm == "tm-b"),
+        "{deployed:?}"
+    );
+    assert_eq!(result.restarts, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_task_manager_fails_the_job_over_to_a_replacement() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Arc::new(Cluster {
+        paced: true,
+        ..Cluster::default()
+    });
+    let plane = Arc::new(MemoryPlane::default());
+    let remote = RemoteTasks::new(Arc::new(Gateway(cluster.clone())), 7);
+    let env = StreamEnvironment::new();
+    let _unused = build(&env, dir.path(), true);
+    let handle = env.submit_remote("cluster", remote.clone()).unwrap();
+    cluster.start_task_manager(dir.path(), "tm-a", plane.clone(), remote.clone());
+    cluster.start_task_manager(dir.path(), "tm-b", plane.clone(), remote.clone());
+    // Once the first deployment is out, tm-b "dies": its tasks stop and it leaves.
+    let first = loop {
+        let deployed = cluster.deployed.notified();
+        let n = cluster.deployments.lock().unwrap().len();
+        if n >= 2 {
+            break n;
+        }
+        deployed.await;
+    };
+    let lost = cluster.worker("tm-b").unwrap();
+    lost.cancel_all();
+    cluster.workers.lock().unwrap().retain(|(n, _)| n != "tm-b");
+    remote.task_manager_lost("tm-b", "killed by the test");
+    cluster.start_task_manager(dir.path(), "tm-c", plane.clone(), remote.clone());
+    let result = handle.await.unwrap();
+    assert!(result.restarts >= 1);
+    assert!(cluster.deployments.lock().unwrap().len() > first);
+    // Totals are checkpointed and emitted at the end of input: an attempt that ended before
+    // the loss may have emitted them already, but every total emitted is the exact one (an
+    // upsert of each key's total is exactly-once).
+    let mut totals = collected(&cluster);
+    totals.dedup();
+    assert_eq!(totals, expected());
+}
