@@ -95,18 +95,16 @@ fn expected() -> Vec<(u64, u64)> {
     v
 }
 
+/// The two ends of one in-memory channel, each taken by whoever opens it.
+type Ends = (
+    Option<mpsc::Sender<Vec<u8>>>,
+    Option<mpsc::Receiver<Vec<u8>>>,
+);
+
 /// Byte channels in memory, bounded, created by whichever end opens first.
 #[derive(Default)]
 struct MemoryPlane {
-    channels: Mutex<
-        HashMap<
-            u64,
-            (
-                Option<mpsc::Sender<Vec<u8>>>,
-                Option<mpsc::Receiver<Vec<u8>>>,
-            ),
-        >,
-    >,
+    channels: Mutex<HashMap<u64, Ends>>,
 }
 
 struct MemSender(mpsc::Sender<Vec<u8>>);
@@ -133,16 +131,7 @@ impl ByteReceiver for MemReceiver {
 }
 
 impl MemoryPlane {
-    fn entry<R>(
-        &self,
-        channel: u64,
-        f: impl FnOnce(
-            &mut (
-                Option<mpsc::Sender<Vec<u8>>>,
-                Option<mpsc::Receiver<Vec<u8>>>,
-            ),
-        ) -> R,
-    ) -> R {
+    fn entry<R>(&self, channel: u64, f: impl FnOnce(&mut Ends) -> R) -> R {
         let mut map = self.channels.lock().unwrap();
         let e = map.entry(channel).or_insert_with(|| {
             let (tx, rx) = mpsc::channel(4);
