@@ -309,14 +309,13 @@ async fn renew<A: LeaseApi>(
             biased;
             asked = &mut release => {
                 // A dropped guard (no reply channel) stops renewing without writing.
+                term.send_replace(Term::Lost);
                 if let Ok(reply) = asked {
                     let outcome = candidate.release().await;
-                    term.send_replace(Term::Lost);
                     tracing::info!(%identity, "released the lease");
                     // The guard may be gone; then nobody waits for the answer.
                     let _ = reply.send(outcome);
                 }
-                term.send_replace(Term::Lost);
                 return;
             }
             _ = ticker.tick() => {}

@@ -254,3 +254,22 @@ proptest! {
         prop_assert_eq!(versioned_from_lease(&lease), Ok((record, "7".to_string())));
     }
 }
+
+/// The real client stack (HTTPS through rustls with aws-lc-rs) builds, and an API server that
+/// cannot be reached is a failed read naming the lease, not a panic. Port 1 on loopback
+/// refuses the connection at once.
+#[tokio::test]
+async fn an_unreachable_api_server_is_a_failed_read() {
+    let url = "https://127.0.0.1:1".parse().unwrap();
+    let client = Client::try_from(Config::new(url)).unwrap();
+    let api = KubeLeaseApi::new(client, "stream", "sluice-jobmanager");
+    let Observation::Failed(why) = api.get().await else {
+        panic!("nothing listens on port 1");
+    };
+    assert!(why.contains("stream/sluice-jobmanager"), "{why}");
+    let lost = api.create(&record("jm-0", 0)).await.unwrap_err();
+    assert!(
+        lost.0.contains("creating lease stream/sluice-jobmanager"),
+        "{lost}"
+    );
+}
