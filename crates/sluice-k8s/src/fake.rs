@@ -33,8 +33,13 @@ pub enum Fault {
     Unreachable,
     /// No call ever answers, and writes are not applied (a partition that swallows requests).
     Hang,
-    /// Every call waits this long, then goes through.
+    /// Every request takes this long to reach the store, then is answered at once. A write
+    /// is applied when it arrives even if its caller gave up waiting (a timeout), as an API
+    /// server goes on with a request whose client left.
     Slow(Duration),
+    /// Every request is carried out at once, and its answer takes this long: a read returns
+    /// the lease as it was when the read was made.
+    Late(Duration),
     /// Writes are applied but their answers are lost: the client is told they failed.
     LoseAnswers,
 }
@@ -116,44 +121,67 @@ impl FakeLeaseApi {
         *self.fault.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits as the fault says; `false` if the call is to fail unapplied.
-    async fn pass(&self) -> bool {
-        match self.fault() {
-            Fault::None | Fault::LoseAnswers => true,
-            Fault::Unreachable => false,
-            Fault::Hang => std::future::pending().await,
-            Fault::Slow(delay) => {
-                tokio::time::sleep(delay).await;
-                true
-            }
-        }
-    }
-
     async fn write(
         &self,
         expected: Option<&str>,
         record: &LeaseRecord,
     ) -> Result<Versioned, WriteFailed> {
-        if !self.pass().await {
-            return Err(WriteFailed("the fake API server is unreachable".into()));
+        let fault = self.fault();
+        let outcome = match fault {
+            Fault::Unreachable => {
+                return Err(WriteFailed("the fake API server is unreachable".into()));
+            }
+            Fault::Hang => std::future::pending().await,
+            Fault::Slow(delay) => {
+                // The request travels on its own: dropping this future does not stop it.
+                let (store, expected, record) = (
+                    self.store.clone(),
+                    expected.map(str::to_string),
+                    record.clone(),
+                );
+                let (answer, answered) = tokio::sync::oneshot::channel();
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let _ = answer.send(store.write(expected.as_deref(), &record));
+                });
+                answered
+                    .await
+                    .unwrap_or_else(|_| Err(WriteFailed("the fake API server went away".into())))
+            }
+            Fault::None | Fault::LoseAnswers | Fault::Late(_) => self.store.write(expected, record),
+        };
+        match fault {
+            Fault::LoseAnswers if outcome.is_ok() => {
+                Err(WriteFailed("the answer to the write was lost".into()))
+            }
+            Fault::Late(delay) => {
+                tokio::time::sleep(delay).await;
+                outcome
+            }
+            _ => outcome,
         }
-        let outcome = self.store.write(expected, record);
-        if outcome.is_ok() && self.fault() == Fault::LoseAnswers {
-            return Err(WriteFailed("the answer to the write was lost".into()));
-        }
-        outcome
     }
 }
 
 impl LeaseApi for FakeLeaseApi {
     async fn get(&self) -> Observation {
-        if !self.pass().await {
-            return Observation::Failed("the fake API server is unreachable".into());
+        let fault = self.fault();
+        match fault {
+            Fault::Unreachable => {
+                return Observation::Failed("the fake API server is unreachable".into());
+            }
+            Fault::Hang => std::future::pending().await,
+            Fault::Slow(delay) => tokio::time::sleep(delay).await,
+            Fault::None | Fault::LoseAnswers | Fault::Late(_) => {}
         }
-        match self.store.lease() {
+        let observation = match self.store.lease() {
             None => Observation::Missing,
             Some(versioned) => Observation::Found(versioned),
+        };
+        if let Fault::Late(delay) = fault {
+            tokio::time::sleep(delay).await;
         }
+        observation
     }
 
     async fn create(&self, record: &LeaseRecord) -> Result<Versioned, WriteFailed> {

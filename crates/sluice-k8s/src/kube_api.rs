@@ -21,6 +21,22 @@ use crate::env::SetupError;
 ///
 /// The service account needs `get`, `create` and `update` on `leases` in the namespace
 /// (`deploy/kubernetes/rbac.yaml`).
+///
+/// ```no_run
+/// use sluice_cluster::lease::{LeaseConfig, Observation};
+/// use sluice_k8s::{KubeLeaseApi, LeaseApi, LeaderElection};
+///
+/// # async fn doc() -> Result<(), sluice_k8s::SetupError> {
+/// // In a pod: the service account's credentials; elsewhere: the local kubeconfig.
+/// let api = KubeLeaseApi::connect(Some("streaming"), "sluice-jobmanager").await?;
+/// if let Observation::Found((record, version)) = api.get().await {
+///     println!("held by {:?} at version {version}", record.holder);
+/// }
+/// let election = LeaderElection::new(api, LeaseConfig::new("jm-0")?);
+/// let _leadership = election.acquire().await;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct KubeLeaseApi {
     api: Api<Lease>,

@@ -191,7 +191,8 @@ fn fault() -> impl Strategy<Value = Fault> {
         2 => Just(Fault::Unreachable),
         1 => Just(Fault::Hang),
         1 => Just(Fault::LoseAnswers),
-        1 => (1u64..3_000).prop_map(|ms| Fault::Slow(Duration::from_millis(ms))),
+        1 => (1u64..5_000).prop_map(|ms| Fault::Slow(Duration::from_millis(ms))),
+        1 => (1u64..5_000).prop_map(|ms| Fault::Late(Duration::from_millis(ms))),
     ]
 }
 
