@@ -89,6 +89,7 @@ impl<A: LeaseApi + 'static> LeaderElection<A> {
             elector: Elector::new(self.config.clone()),
             call_timeout: self.call_timeout,
             until: None,
+            transitions: 0,
         };
         let mut ticker = tokio::time::interval(self.config.retry_period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -101,9 +102,11 @@ impl<A: LeaseApi + 'static> LeaderElection<A> {
         tracing::info!(identity = %self.config.identity, "acquired the lease: leading");
         let (term_tx, term_rx) = watch::channel(Term::Leading(until));
         let (release_tx, release_rx) = oneshot::channel();
+        let transitions = candidate.transitions;
         let renewer = tokio::spawn(renew(candidate, ticker, until, term_tx, release_rx));
         Leadership {
             identity: self.config.identity.clone(),
+            transitions,
             term: term_rx,
             release: Some(release_tx),
             renewer,
@@ -146,6 +149,7 @@ type ReleaseReply = oneshot::Sender<Result<(), WriteFailed>>;
 #[derive(Debug)]
 pub struct Leadership {
     identity: String,
+    transitions: u32,
     term: watch::Receiver<Term>,
     release: Option<oneshot::Sender<ReleaseReply>>,
     renewer: JoinHandle<()>,
@@ -155,6 +159,13 @@ impl Leadership {
     /// This candidate's identity in the lease.
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// The Lease's `leaseTransitions` when this process took it: one more at every change of
+    /// holder, so a later leader's is larger (as long as nobody deletes the Lease). A job
+    /// master may build its fencing epoch on it.
+    pub fn transitions(&self) -> u32 {
+        self.transitions
     }
 
     /// Whether this process still leads now.
@@ -216,6 +227,8 @@ struct Candidate<A> {
     call_timeout: Duration,
     /// The renew deadline of the last successful renewal, while leading.
     until: Option<Instant>,
+    /// `leaseTransitions` of the last lease this candidate wrote.
+    transitions: u32,
 }
 
 impl<A: LeaseApi> Candidate<A> {
@@ -240,6 +253,9 @@ impl<A: LeaseApi> Candidate<A> {
         if let Some(outcome) = outcome {
             if let Err(why) = &outcome {
                 tracing::debug!(identity = %self.elector.config().identity, "{why}");
+            }
+            if let Ok((record, _)) = &outcome {
+                self.transitions = record.transitions;
             }
             let succeeded = outcome.is_ok();
             self.elector.written(Instant::now().into_std(), outcome);

@@ -29,6 +29,7 @@ async fn the_first_candidate_creates_the_lease_and_leads_at_once() {
     assert_eq!(Instant::now(), t0);
     assert!(leadership.is_leading());
     assert_eq!(leadership.identity(), "a");
+    assert_eq!(leadership.transitions(), 0);
     assert_eq!(holder(&store).as_deref(), Some("a"));
     // It keeps renewing: one write per retry period.
     tokio::time::sleep(S(19)).await;
@@ -64,6 +65,7 @@ async fn a_partitioned_leader_loses_at_its_renew_deadline_and_the_standby_takes_
     );
     assert!(b_at > lost_at);
     assert!(leading_b.is_leading());
+    assert_eq!(leading_b.transitions(), leading_a.transitions() + 1);
     let (record, _) = store.lease().unwrap();
     assert_eq!(record.holder.as_deref(), Some("b"));
     assert_eq!(record.transitions, 1);
@@ -200,8 +202,9 @@ const CANDIDATES: usize = 3;
 const FAULTS_UNTIL_MS: u64 = 200_000;
 const RUN_MS: u64 = 300_000;
 
-/// A term: who, from when it was acquired, until it was lost, released or dropped.
-type Term = (usize, Instant, Option<Instant>);
+/// A term: who, from when it was acquired, until it was lost, released or dropped, and the
+/// lease's transitions when it was acquired.
+type Term = (usize, Instant, Option<Instant>, u32);
 
 async fn run_schedule(
     turns: Vec<Vec<Turn>>,
@@ -221,7 +224,7 @@ async fn run_schedule(
                 let leadership = election.acquire().await;
                 let index = {
                     let mut terms = terms.lock().unwrap();
-                    terms.push((id, Instant::now(), None));
+                    terms.push((id, Instant::now(), None, leadership.transitions()));
                     terms.len() - 1
                 };
                 let held = tokio::select! {
@@ -276,8 +279,8 @@ proptest! {
             .build()
             .unwrap();
         let (end, terms) = runtime.block_on(run_schedule(turns, faults));
-        for (i, (who_i, from_i, to_i)) in terms.iter().enumerate() {
-            for (who_j, from_j, to_j) in &terms[i + 1..] {
+        for (i, (who_i, from_i, to_i, _)) in terms.iter().enumerate() {
+            for (who_j, from_j, to_j, _) in &terms[i + 1..] {
                 if who_i == who_j {
                     continue;
                 }
@@ -292,7 +295,14 @@ proptest! {
         }
         let led_late = terms
             .iter()
-            .any(|(_, _, to)| to.is_none_or(|to| to > end - Duration::from_secs(30)));
+            .any(|(_, _, to, _)| to.is_none_or(|to| to > end - Duration::from_secs(30)));
         prop_assert!(led_late, "nobody led in the last 30 s without faults: {terms:?}");
+        // A new holder's transitions exceed its predecessor's: usable as a fencing epoch.
+        for pair in terms.windows(2) {
+            let ((before, _, _, t_before), (after, _, _, t_after)) = (pair[0], pair[1]);
+            if before != after {
+                prop_assert!(t_after > t_before, "c{after} took over from c{before} at transitions {t_after} <= {t_before}");
+            }
+        }
     }
 }
