@@ -167,6 +167,39 @@ async fn lost_answers_to_applied_writes_do_not_make_two_leaders() {
     assert!(leading_b.is_leading());
 }
 
+#[tokio::test(start_paused = true)]
+async fn releasing_a_lease_someone_else_took_writes_nothing() {
+    let store = FakeLeaseStore::default();
+    let (a, a_client) = election(&store, "a");
+    let leadership = a.acquire().await;
+    // a is cut off; at its deadline it has lost, and b takes the lease afterwards.
+    a_client.set_fault(Fault::Unreachable);
+    leadership.lost().await;
+    let (b, _) = election(&store, "b");
+    let _leading_b = b.acquire().await;
+    a_client.set_fault(Fault::None);
+    let writes = store.writes();
+    leadership.release().await.unwrap();
+    assert_eq!(store.writes(), writes);
+    assert_eq!(holder(&store).as_deref(), Some("b"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_acquire_leaves_nothing_running() {
+    let store = FakeLeaseStore::default();
+    let (a, _) = election(&store, "a");
+    let (b, _) = election(&store, "b");
+    let leading_a = a.acquire().await;
+    let standby = tokio::spawn(async move { b.acquire().await });
+    tokio::time::sleep(S(5)).await;
+    standby.abort();
+    drop(leading_a);
+    let writes = store.writes();
+    tokio::time::sleep(S(120)).await;
+    assert_eq!(store.writes(), writes, "nobody competes any more");
+    assert_eq!(holder(&store).as_deref(), Some("a"));
+}
+
 use sluice_cluster::lease::LeaseRecord;
 
 /// One candidate's behaviour in a random schedule: how long it holds each term (unless it
