@@ -5,7 +5,7 @@
 //! events to subtasks, cancellation, heartbeats). Every request carries the cluster's bearer
 //! token, derived from its shared secret; a request without it is refused and logged. Every
 //! request but a registration carries a fence (job-master epoch, attempt); a stale one is
-//! refused before the service sees it. Not yet wired to the runtime's job master.
+//! refused before the service sees it. `sluice-node` wires it to the runtime.
 //!
 //! Where to find things:
 //! - [`messages`]: the protobuf messages (prost derives, no `.proto` compiler needed);
@@ -29,6 +29,7 @@
 //!     async fn report_task(&self, _: TaskReport) -> Result<Ack, Status> { Ok(Ack {}) }
 //!     async fn acknowledge_checkpoint(&self, _: CheckpointAck) -> Result<Ack, Status> { Ok(Ack {}) }
 //!     async fn send_operator_event(&self, _: OperatorEvent) -> Result<Ack, Status> { Ok(Ack {}) }
+//!     async fn up(&self, _: UpMessage) -> Result<Ack, Status> { Ok(Ack {}) }
 //! }
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

@@ -82,6 +82,9 @@ pub struct Heartbeat {
     /// The task manager it comes from or goes to.
     #[prost(string, tag = "2")]
     pub task_manager: String,
+    /// From the job master: the job ended, the task manager may shut down.
+    #[prost(bool, tag = "3")]
+    pub job_finished: bool,
 }
 
 /// What happened to a task (task manager → job master).
@@ -204,6 +207,42 @@ pub struct CancelTasks {
     /// The attempt whose tasks stop.
     #[prost(message, optional, tag = "1")]
     pub fence: Option<FenceMsg>,
+    /// The tasks (every task of the attempt when empty), numbered as the runtime numbers them.
+    #[prost(uint64, repeated, tag = "2")]
+    pub tasks: Vec<u64>,
+    /// The attempt of those tasks (a region restarted alone runs a newer attempt than the
+    /// rest of the job, so this is not the fence's).
+    #[prost(uint32, tag = "3")]
+    pub attempt: u32,
+}
+
+/// What tasks on a task manager send to the job master, in the order they sent it: checkpoint
+/// acknowledgements with their state, declines, "finished input", events to coordinators
+/// and task ends, as the runtime encoded them (task manager → job master).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct UpMessage {
+    /// The job master's epoch the tasks run under.
+    #[prost(message, optional, tag = "1")]
+    pub fence: Option<FenceMsg>,
+    /// The sending task manager.
+    #[prost(string, tag = "2")]
+    pub task_manager: String,
+    /// The runtime's message.
+    #[prost(bytes = "vec", tag = "3")]
+    pub payload: Vec<u8>,
+}
+
+/// One message to one task's mailbox (checkpoint trigger, completion or abort notice,
+/// operator event from a coordinator, finish), as the runtime encoded it (job master → task
+/// manager). Messages to a task arrive in the order its mailbox received them.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ControlMessage {
+    /// The job master's epoch.
+    #[prost(message, optional, tag = "1")]
+    pub fence: Option<FenceMsg>,
+    /// The runtime's message.
+    #[prost(bytes = "vec", tag = "2")]
+    pub payload: Vec<u8>,
 }
 
 /// An answer with nothing in it.
@@ -242,5 +281,7 @@ fenced!(
     TriggerCheckpoint,
     OperatorEvent,
     DeployTask,
-    CancelTasks
+    CancelTasks,
+    UpMessage,
+    ControlMessage
 );

@@ -20,6 +20,8 @@ control_service! {
         fn acknowledge_checkpoint(CheckpointAck) -> Ack = "/sluice.control.JobMaster/AcknowledgeCheckpoint";
         /// A subtask sends an event to its operator's coordinator.
         fn send_operator_event(OperatorEvent) -> Ack = "/sluice.control.JobMaster/SendOperatorEvent";
+        /// What a task manager's tasks send, in order (reports, events, task ends).
+        fn up(UpMessage) -> Ack = "/sluice.control.JobMaster/Up";
     }
 }
 
@@ -39,6 +41,8 @@ control_service! {
         fn cancel(CancelTasks) -> Ack = "/sluice.control.TaskManager/Cancel";
         /// The job master is alive.
         fn heartbeat(Heartbeat) -> Heartbeat = "/sluice.control.TaskManager/Heartbeat";
+        /// One message for one task's mailbox.
+        fn control(ControlMessage) -> Ack = "/sluice.control.TaskManager/Control";
     }
 }
 

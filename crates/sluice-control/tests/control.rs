@@ -58,6 +58,10 @@ impl JobMaster for Master {
         self.note(format!("event {:?}", e.payload));
         Ok(Ack {})
     }
+    async fn up(&self, u: UpMessage) -> Result<Ack, Status> {
+        self.note(format!("up {:?}", u.payload));
+        Ok(Ack {})
+    }
 }
 
 fn fence(epoch: u64, attempt: u32) -> Option<FenceMsg> {
@@ -89,6 +93,7 @@ async fn a_task_manager_registers_and_talks_under_the_masters_epoch() {
     let beat = Heartbeat {
         fence: current,
         task_manager: "tm-1".into(),
+        job_finished: false,
     };
     assert_eq!(client.heartbeat(beat.clone()).await.unwrap(), beat);
     client
@@ -124,6 +129,7 @@ async fn a_task_manager_registers_and_talks_under_the_masters_epoch() {
         .heartbeat(Heartbeat {
             fence: fence(2, 9),
             task_manager: "tm-1".into(),
+            job_finished: false,
         })
         .await
         .unwrap_err();
@@ -160,6 +166,9 @@ impl TaskManager for Worker {
     async fn heartbeat(&self, h: Heartbeat) -> Result<Heartbeat, Status> {
         Ok(h)
     }
+    async fn control(&self, _: ControlMessage) -> Result<Ack, Status> {
+        Ok(Ack {})
+    }
 }
 
 #[tokio::test]
@@ -188,7 +197,10 @@ async fn a_task_manager_follows_the_newest_job_master_and_refuses_older_ones() {
     let refused = old_master.deploy(deploy(1, 5)).await.unwrap_err();
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
     let refused = old_master
-        .cancel(CancelTasks { fence: fence(1, 1) })
+        .cancel(CancelTasks {
+            fence: fence(1, 1),
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::FailedPrecondition);

@@ -1,0 +1,391 @@
+//! The job master process: serves the control plane's job-master service, keeps the registry
+//! of task managers (slots, addresses, heartbeats), and runs the job with its tasks deployed
+//! to them through the runtime's [`RemoteTasks`].
+//!
+//! A task manager is lost when it misses heartbeats for the timeout or a call to it fails
+//! at the transport; its tasks then fail and the runtime fails over from the last completed
+//! checkpoint onto the task managers left, waiting for a replacement when the slots run short.
+
+use crate::NodeError;
+use crate::config::NodeConfig;
+use crate::health::Health;
+use futures::future::BoxFuture;
+use sluice_cluster::heartbeat::HeartbeatMonitor;
+use sluice_control::messages::*;
+use sluice_control::{JobMaster, JobMasterServer, TaskManagerClient, serve};
+use sluice_net::auth::Secret;
+use sluice_runtime::cluster::wire::{Control, Deployment, Up};
+use sluice_runtime::cluster::{RemoteTasks, TaskManagerGateway, TaskManagerSlots, TransportError};
+use sluice_runtime::{JobResult, StreamEnvironment};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tonic::Status;
+
+/// A registered task manager.
+struct Registered {
+    name: String,
+    slots: u32,
+    data_address: String,
+    client: TaskManagerClient,
+}
+
+/// What the job master knows of its task managers.
+struct Registry {
+    epoch: u64,
+    secret: Secret,
+    heartbeat_interval: Duration,
+    heartbeat_timeout: Duration,
+    slot_wait: Duration,
+    tms: Mutex<Vec<Registered>>,
+    monitor: Mutex<HeartbeatMonitor<String>>,
+    changed: Notify,
+    remote: OnceLock<Arc<RemoteTasks>>,
+}
+
+impl Registry {
+    fn lock_tms(&self) -> std::sync::MutexGuard<'_, Vec<Registered>> {
+        self.tms.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fence(&self) -> Option<FenceMsg> {
+        Some(FenceMsg {
+            epoch: self.epoch,
+            attempt: 0,
+        })
+    }
+
+    fn client(&self, tm: &str) -> Result<TaskManagerClient, TransportError> {
+        self.lock_tms()
+            .iter()
+            .find(|t| t.name == tm)
+            .map(|t| t.client.clone())
+            .ok_or_else(|| TransportError(format!("task manager '{tm}' is not registered")))
+    }
+
+    /// Task manager `tm` is gone: forget it and fail its tasks.
+    fn lost(&self, tm: &str, reason: &str) {
+        let removed = {
+            let mut tms = self.lock_tms();
+            let before = tms.len();
+            tms.retain(|t| t.name != tm);
+            before != tms.len()
+        };
+        self.monitor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&tm.to_string());
+        if removed {
+            tracing::warn!(task_manager = %tm, %reason, "task manager lost");
+        }
+        if let Some(remote) = self.remote.get() {
+            remote.task_manager_lost(tm, reason);
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// A call to `tm` failed: a transport failure means the task manager is gone.
+    fn call_failed(&self, tm: &str, status: &Status) -> TransportError {
+        if matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+        ) {
+            self.lost(tm, &format!("a call failed: {}", status.message()));
+        }
+        TransportError(format!("task manager '{tm}': {status}"))
+    }
+}
+
+/// The job-master service task managers call.
+struct Service(Arc<Registry>);
+
+impl JobMaster for Service {
+    async fn register(
+        &self,
+        r: RegisterTaskManager,
+    ) -> Result<sluice_control::messages::Registered, Status> {
+        let reg = &self.0;
+        if r.slots == 0 {
+            return Err(Status::invalid_argument(format!(
+                "task manager '{}' offers no slot",
+                r.task_manager
+            )));
+        }
+        let client = TaskManagerClient::new(&format!("http://{}", r.control_address), &reg.secret)
+            .map_err(|e| {
+                Status::invalid_argument(format!("control address {}: {e}", r.control_address))
+            })?;
+        {
+            let mut tms = reg.lock_tms();
+            tms.retain(|t| t.name != r.task_manager);
+            tms.push(Registered {
+                name: r.task_manager.clone(),
+                slots: r.slots,
+                data_address: r.data_address.clone(),
+                client,
+            });
+        }
+        reg.monitor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .heard(r.task_manager.clone(), Instant::now().into_std());
+        tracing::info!(task_manager = %r.task_manager, slots = r.slots, data = %r.data_address, "task manager registered");
+        reg.changed.notify_waiters();
+        Ok(sluice_control::messages::Registered {
+            fence: reg.fence(),
+            heartbeat_interval_ms: u64::try_from(reg.heartbeat_interval.as_millis())
+                .unwrap_or(u64::MAX),
+            heartbeat_timeout_ms: u64::try_from(reg.heartbeat_timeout.as_millis())
+                .unwrap_or(u64::MAX),
+        })
+    }
+
+    async fn heartbeat(&self, h: Heartbeat) -> Result<Heartbeat, Status> {
+        let known = self.0.lock_tms().iter().any(|t| t.name == h.task_manager);
+        if !known {
+            return Err(Status::not_found(format!(
+                "task manager '{}' is not registered (it was lost); register again",
+                h.task_manager
+            )));
+        }
+        self.0
+            .monitor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .heard(h.task_manager.clone(), Instant::now().into_std());
+        Ok(Heartbeat {
+            fence: self.0.fence(),
+            task_manager: h.task_manager,
+            job_finished: false,
+        })
+    }
+
+    async fn report_task(&self, _: TaskReport) -> Result<Ack, Status> {
+        Err(Status::unimplemented("task reports travel as Up messages"))
+    }
+
+    async fn acknowledge_checkpoint(&self, _: CheckpointAck) -> Result<Ack, Status> {
+        Err(Status::unimplemented(
+            "checkpoint acknowledgements travel as Up messages",
+        ))
+    }
+
+    async fn send_operator_event(&self, _: OperatorEvent) -> Result<Ack, Status> {
+        Err(Status::unimplemented(
+            "operator events travel as Up messages",
+        ))
+    }
+
+    async fn up(&self, u: UpMessage) -> Result<Ack, Status> {
+        let up: Up = sluice_core::codec::decode(&u.payload).map_err(|e| {
+            Status::invalid_argument(format!(
+                "undecodable message from '{}': {e}",
+                u.task_manager
+            ))
+        })?;
+        if let Some(remote) = self.0.remote.get() {
+            remote.up(up).await;
+        }
+        Ok(Ack {})
+    }
+}
+
+/// The runtime's gateway to task managers, over gRPC.
+struct Gateway(Arc<Registry>);
+
+impl TaskManagerGateway for Gateway {
+    fn wait_for_slots(&self, slots: usize) -> BoxFuture<'_, Result<Vec<TaskManagerSlots>, String>> {
+        Box::pin(async move {
+            let reg = &self.0;
+            let deadline = Instant::now() + reg.slot_wait;
+            loop {
+                let changed = reg.changed.notified();
+                let tms: Vec<TaskManagerSlots> = reg
+                    .lock_tms()
+                    .iter()
+                    .map(|t| TaskManagerSlots {
+                        name: t.name.clone(),
+                        slots: t.slots,
+                        data_address: t.data_address.clone(),
+                    })
+                    .collect();
+                let offered: usize = tms.iter().map(|t| t.slots as usize).sum();
+                if offered >= slots {
+                    return Ok(tms);
+                }
+                tracing::info!(
+                    needed = slots,
+                    offered,
+                    task_managers = tms.len(),
+                    "waiting for task managers"
+                );
+                if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                    return Err(format!(
+                        "the job needs {slots} task slots but after {} s the {} registered task \
+                         managers offer {offered}; start more task managers or raise SLUICE_SLOTS",
+                        reg.slot_wait.as_secs(),
+                        tms.len()
+                    ));
+                }
+            }
+        })
+    }
+
+    fn deploy(&self, tm: &str, d: Deployment) -> BoxFuture<'_, Result<(), TransportError>> {
+        let tm = tm.to_string();
+        Box::pin(async move {
+            let mut client = self.0.client(&tm)?;
+            let descriptor =
+                sluice_core::codec::encode(&d).map_err(|e| TransportError(e.to_string()))?;
+            client
+                .deploy(DeployTask {
+                    fence: self.0.fence(),
+                    task: None,
+                    descriptor,
+                })
+                .await
+                .map(|_| ())
+                .map_err(|s| self.0.call_failed(&tm, &s))
+        })
+    }
+
+    fn control(&self, tm: &str, c: Control) -> BoxFuture<'_, Result<(), TransportError>> {
+        let tm = tm.to_string();
+        Box::pin(async move {
+            let mut client = self.0.client(&tm)?;
+            let payload =
+                sluice_core::codec::encode(&c).map_err(|e| TransportError(e.to_string()))?;
+            client
+                .control(ControlMessage {
+                    fence: self.0.fence(),
+                    payload,
+                })
+                .await
+                .map(|_| ())
+                .map_err(|s| self.0.call_failed(&tm, &s))
+        })
+    }
+
+    fn cancel(
+        &self,
+        tm: &str,
+        _epoch: u64,
+        attempt: u32,
+        tasks: Vec<usize>,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let tm = tm.to_string();
+        Box::pin(async move {
+            let mut client = self.0.client(&tm)?;
+            client
+                .cancel(CancelTasks {
+                    fence: self.0.fence(),
+                    tasks: tasks.into_iter().map(|t| t as u64).collect(),
+                    attempt,
+                })
+                .await
+                .map(|_| ())
+                .map_err(|s| TransportError(format!("task manager '{tm}': {s}")))
+        })
+    }
+}
+
+/// Runs `env`'s job as the job master of a cluster; returns its result once the job ended
+/// and the task managers were told.
+pub(crate) async fn run(
+    env: &StreamEnvironment,
+    job_name: &str,
+    config: &NodeConfig,
+    health: &Health,
+) -> Result<JobResult, NodeError> {
+    let secret = config
+        .secret
+        .clone()
+        .ok_or_else(|| NodeError::Setup("a job master needs SLUICE_SECRET".into()))?;
+    // A new job master's epoch is above every earlier one's: the wall clock in milliseconds.
+    let epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(1);
+    let registry = Arc::new(Registry {
+        epoch,
+        secret: secret.clone(),
+        heartbeat_interval: config.heartbeat_interval,
+        heartbeat_timeout: config.heartbeat_timeout,
+        slot_wait: config.slot_wait,
+        tms: Mutex::new(Vec::new()),
+        monitor: Mutex::new(HeartbeatMonitor::new(config.heartbeat_timeout)),
+        changed: Notify::new(),
+        remote: OnceLock::new(),
+    });
+    let remote = RemoteTasks::new(Arc::new(Gateway(registry.clone())), epoch);
+    let _ = registry.remote.set(remote.clone());
+    let server = serve(
+        config.rpc_addr,
+        JobMasterServer::new(Service(registry.clone()), epoch),
+        secret,
+    )
+    .await
+    .map_err(|e| NodeError::Setup(format!("job master service on {}: {e}", config.rpc_addr)))?;
+    tracing::info!(addr = %server.local_addr(), epoch, "job master listening");
+    println!("sluice job master listening on {}", server.local_addr());
+    let watchdog = {
+        let registry = registry.clone();
+        tokio::spawn(async move { watch_heartbeats(registry).await })
+    };
+    health.set_ready(true);
+    let result = env.submit_remote(job_name, remote)?.await;
+    watchdog.abort();
+    // Tell every task manager the job is over, so that it shuts down.
+    let clients: Vec<(String, TaskManagerClient)> = registry
+        .lock_tms()
+        .iter()
+        .map(|t| (t.name.clone(), t.client.clone()))
+        .collect();
+    for (name, mut client) in clients {
+        let told = client
+            .heartbeat(Heartbeat {
+                fence: registry.fence(),
+                task_manager: name.clone(),
+                job_finished: true,
+            })
+            .await;
+        if let Err(e) = told {
+            tracing::debug!(task_manager = %name, error = %e, "could not tell a task manager the job ended");
+        }
+    }
+    drop(server);
+    Ok(result?)
+}
+
+/// Declares task managers lost once they missed heartbeats for the timeout.
+async fn watch_heartbeats(registry: Arc<Registry>) {
+    loop {
+        let next = {
+            let monitor = registry.monitor.lock().unwrap_or_else(|p| p.into_inner());
+            monitor.next_deadline()
+        };
+        match next {
+            // A peer expires once silent for *more* than the timeout: look just after.
+            Some(deadline) => {
+                tokio::time::sleep_until(Instant::from_std(deadline) + Duration::from_millis(1))
+                    .await
+            }
+            None => registry.changed.notified().await,
+        }
+        let expired = registry
+            .monitor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .expired(Instant::now().into_std());
+        for tm in expired {
+            registry.lost(
+                &tm,
+                &format!(
+                    "no heartbeat for {} ms",
+                    registry.heartbeat_timeout.as_millis()
+                ),
+            );
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! Cluster mode with every role in its own OS process, on loopback: the demo job
+//! (`sluice-cluster-demo`: generated records counted per key, with checkpointed state) on one
+//! job master and three task managers gives the local run's output; a task manager killed
+//! with SIGKILL mid-run is replaced and the output stays exact; a peer without the secret is
+//! refused.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const SECRET: &str = "the cluster's shared test secret";
+const DEMO: &str = env!("CARGO_BIN_EXE_sluice-cluster-demo");
+
+/// A free port on 127.0.0.1 (bound and released; nothing else on this machine races for it
+/// between the release and the job master's bind in practice).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port on 127.0.0.1")
+}
+
+struct Job {
+    out: PathBuf,
+    checkpoints: PathBuf,
+    records: u64,
+    keys: u64,
+    parallelism: usize,
+    rate: f64,
+}
+
+impl Job {
+    fn command(&self, vars: &[(&str, String)]) -> Command {
+        let mut c = Command::new(DEMO);
+        c.env("SLUICE_DEMO_OUT", &self.out)
+            .env("SLUICE_DEMO_CHECKPOINTS", &self.checkpoints)
+            .env("SLUICE_DEMO_RECORDS", self.records.to_string())
+            .env("SLUICE_DEMO_KEYS", self.keys.to_string())
+            .env("SLUICE_DEMO_PARALLELISM", self.parallelism.to_string())
+            .env("SLUICE_DEMO_RATE", self.rate.to_string())
+            // Completed checkpoints are logged at debug level: the tests wait for them.
+            .env("RUST_LOG", "info,sluice_runtime::job::master=debug")
+            .env_remove("SLUICE_MODE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn job_master(&self, port: u16) -> Child {
+        self.command(&[
+            ("SLUICE_MODE", "jobmanager".into()),
+            ("SLUICE_SECRET", SECRET.into()),
+            ("SLUICE_RPC_ADDR", format!("127.0.0.1:{port}")),
+            ("SLUICE_HEARTBEAT_TIMEOUT_MS", "2000".into()),
+            ("SLUICE_HEARTBEAT_INTERVAL_MS", "200".into()),
+        ])
+        .spawn()
+        .expect("cannot start the job master")
+    }
+
+    fn task_manager(&self, port: u16, name: &str) -> Child {
+        self.command(&[
+            ("SLUICE_MODE", "taskmanager".into()),
+            ("SLUICE_SECRET", SECRET.into()),
+            ("SLUICE_JOBMANAGER", format!("127.0.0.1:{port}")),
+            ("SLUICE_TASK_MANAGER_ID", name.into()),
+            ("SLUICE_SLOTS", "1".into()),
+            ("SLUICE_HEARTBEAT_INTERVAL_MS", "200".into()),
+        ])
+        .spawn()
+        .expect("cannot start a task manager")
+    }
+}
+
+/// Every key's total over every part file.
+fn read_totals(out: &Path) -> BTreeMap<u64, u64> {
+    let mut totals = BTreeMap::new();
+    for entry in std::fs::read_dir(out).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for line in text.lines() {
+            let mut parts = line.split(' ');
+            let k: u64 = parts.next().unwrap().parse().unwrap();
+            let n: u64 = parts.next().unwrap().parse().unwrap();
+            assert!(totals.insert(k, n).is_none(), "key {k} written twice");
+        }
+    }
+    totals
+}
+
+/// Waits for a process to exit successfully, showing its output when it did not.
+async fn succeeds(child: Child, what: &str) -> String {
+    let out = child.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{stderr}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    stderr
+}
+
+/// Reads a process's log until a line contains `needle`; returns the reader for more.
+async fn wait_for_line(child: &mut Child, needle: &str) -> Vec<String> {
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        let hit = line.contains(needle);
+        seen.push(line);
+        if hit {
+            // Keep draining in the background so the process never blocks on a full pipe.
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            return seen;
+        }
+    }
+    panic!(
+        "the process ended before logging {needle:?}:\n{}",
+        seen.join("\n")
+    );
+}
+
+fn expected(records: u64, keys: u64) -> BTreeMap<u64, u64> {
+    (0..keys.min(records))
+        .map(|k| (k, records / keys + u64::from(k < records % keys)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_job_master_and_three_task_managers_give_the_local_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = |name: &str| Job {
+        out: dir.path().join(name),
+        checkpoints: dir.path().join(format!("{name}-checkpoints")),
+        records: 300_000,
+        keys: 997,
+        parallelism: 3,
+        rate: 0.0,
+    };
+    let local = job("local");
+    succeeds(local.command(&[]).spawn().unwrap(), "the local run").await;
+    let local_totals = read_totals(&local.out);
+    assert_eq!(local_totals, expected(300_000, 997));
+
+    let cluster = job("cluster");
+    let port = free_port();
+    let jm = cluster.job_master(port);
+    let tms: Vec<Child> = (0..3)
+        .map(|i| cluster.task_manager(port, &format!("tm-{i}")))
+        .collect();
+    let jm_log = succeeds(jm, "the job master").await;
+    assert!(
+        jm_log.contains("tasks deployed to task managers"),
+        "{jm_log}"
+    );
+    for (i, tm) in tms.into_iter().enumerate() {
+        succeeds(tm, &format!("task manager {i}")).await;
+    }
+    assert_eq!(read_totals(&cluster.out), local_totals);
+    // Three part files: each task manager ran one subtask of the totals.
+    assert_eq!(std::fs::read_dir(&cluster.out).unwrap().count(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_manager_killed_mid_run_is_replaced_and_the_output_stays_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job {
+        out: dir.path().join("out"),
+        checkpoints: dir.path().join("checkpoints"),
+        records: 400_000,
+        keys: 101,
+        parallelism: 2,
+        // About four seconds: the kill lands mid-run.
+        rate: 100_000.0,
+    };
+    let port = free_port();
+    let mut jm = job.job_master(port);
+    let tm0 = job.task_manager(port, "tm-0");
+    let mut tm1 = job.task_manager(port, "tm-1");
+    // Kill tm-1 once the job runs on both task managers.
+    let stdout = jm.stdout.take().expect("stdout is piped");
+    let summary = tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        let mut all = Vec::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            all.push(line);
+        }
+        all.join("\n")
+    });
+    // Kill tm-1 once a checkpoint completed: the job is mid-run.
+    wait_for_line(&mut jm, "checkpoint completed").await;
+    tm1.start_kill().unwrap();
+    tm1.wait().await.unwrap();
+    let tm2 = job.task_manager(port, "tm-2");
+    let jm_out = jm.wait_with_output().await.unwrap();
+    assert!(
+        jm_out.status.success(),
+        "the job master failed: {}",
+        jm_out.status
+    );
+    // The loss was seen and the job failed over (the summary names its restarts).
+    let summary = summary.await.unwrap();
+    let restarts: u32 = summary
+        .split("job finished: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary from the job master: {summary}"));
+    assert!(restarts >= 1, "{summary}");
+    succeeds(tm0, "task manager 0").await;
+    succeeds(tm2, "task manager 2").await;
+    assert_eq!(read_totals(&job.out), expected(400_000, 101));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_without_the_secret_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job {
+        out: dir.path().join("out"),
+        checkpoints: dir.path().join("checkpoints"),
+        records: 10,
+        keys: 3,
+        parallelism: 1,
+        rate: 0.0,
+    };
+    let port = free_port();
+    let mut jm = job.job_master(port);
+    wait_for_line(&mut jm, "job master listening").await;
+    // A task manager with another secret cannot register...
+    let wrong = sluice_net::auth::Secret::new(b"not the cluster's secret at all".to_vec()).unwrap();
+    let mut client =
+        sluice_control::JobMasterClient::new(&format!("http://127.0.0.1:{port}"), &wrong).unwrap();
+    let refused = client
+        .register(sluice_control::messages::RegisterTaskManager {
+            task_manager: "intruder".into(),
+            slots: 8,
+            data_address: "127.0.0.1:1".into(),
+            control_address: "127.0.0.1:1".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused}");
+    // ...and the job still runs on a task manager that has it.
+    let tm = job.task_manager(port, "tm-0");
+    let out = jm.wait_with_output().await.unwrap();
+    assert!(out.status.success());
+    succeeds(tm, "the task manager").await;
+    assert_eq!(read_totals(&job.out), expected(10, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_master_killed_and_started_again_resumes_from_the_latest_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job {
+        out: dir.path().join("out"),
+        checkpoints: dir.path().join("checkpoints"),
+        records: 400_000,
+        keys: 101,
+        parallelism: 2,
+        rate: 100_000.0,
+    };
+    let port = free_port();
+    let resume = [("SLUICE_DEMO_RESUME", "true".to_string())];
+    let mut first = job.job_master(port);
+    let tm0 = job.task_manager(port, "tm-0");
+    let tm1 = job.task_manager(port, "tm-1");
+    // Kill the job master once a checkpoint completed.
+    wait_for_line(&mut first, "checkpoint completed").await;
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    let mut second = job.command(&[
+        ("SLUICE_MODE", "jobmanager".into()),
+        ("SLUICE_SECRET", SECRET.into()),
+        ("SLUICE_RPC_ADDR", format!("127.0.0.1:{port}")),
+        ("SLUICE_HEARTBEAT_TIMEOUT_MS", "2000".into()),
+        ("SLUICE_HEARTBEAT_INTERVAL_MS", "200".into()),
+        resume[0].clone(),
+    ]);
+    let second = second.spawn().unwrap();
+    let log = succeeds(second, "the second job master").await;
+    assert!(log.contains("resuming from the latest checkpoint"), "{log}");
+    succeeds(tm0, "task manager 0").await;
+    succeeds(tm1, "task manager 1").await;
+    assert_eq!(read_totals(&job.out), expected(400_000, 101));
+}
