@@ -16,7 +16,7 @@ use sluice_control::{JobMaster, JobMasterServer, TaskManagerClient, serve};
 use sluice_net::auth::Secret;
 use sluice_runtime::cluster::wire::{Control, Deployment, Up};
 use sluice_runtime::cluster::{RemoteTasks, TaskManagerGateway, TaskManagerSlots, TransportError};
-use sluice_runtime::{JobResult, StreamEnvironment};
+use sluice_runtime::{JobHandle, StreamEnvironment};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -290,14 +290,62 @@ impl TaskManagerGateway for Gateway {
     }
 }
 
-/// Runs `env`'s job as the job master of a cluster; returns its result once the job ended
-/// and the task managers were told.
-pub(crate) async fn run(
+/// What keeps a job master's cluster side running while its job runs: the control service,
+/// the registry and the heartbeat watchdog. [`finish`](Self::finish) it once the job ended.
+pub struct ClusterGuard {
+    registry: Arc<Registry>,
+    server: sluice_control::ServerHandle,
+    watchdog: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for ClusterGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterGuard")
+            .field("epoch", &self.registry.epoch)
+            .field("addr", &self.server.local_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterGuard {
+    /// Where the job master's control service listens.
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// Tells every task manager that the job ended (they shut down) and stops serving.
+    pub async fn finish(self) {
+        self.watchdog.abort();
+        let registry = self.registry;
+        let clients: Vec<(String, TaskManagerClient)> = registry
+            .lock_tms()
+            .iter()
+            .map(|t| (t.name.clone(), t.client.clone()))
+            .collect();
+        for (name, mut client) in clients {
+            let told = client
+                .heartbeat(Heartbeat {
+                    fence: registry.fence(),
+                    task_manager: name.clone(),
+                    job_finished: true,
+                })
+                .await;
+            if let Err(e) = told {
+                tracing::debug!(task_manager = %name, error = %e, "could not tell a task manager the job ended");
+            }
+        }
+        drop(self.server);
+    }
+}
+
+/// Starts `env`'s job as the job master of a cluster: its tasks go to the task managers that
+/// register.
+pub(crate) async fn start(
     env: &StreamEnvironment,
     job_name: &str,
     config: &NodeConfig,
     health: &Health,
-) -> Result<JobResult, NodeError> {
+) -> Result<(JobHandle, ClusterGuard), NodeError> {
     let secret = config
         .secret
         .clone()
@@ -328,34 +376,20 @@ pub(crate) async fn run(
     .await
     .map_err(|e| NodeError::Setup(format!("job master service on {}: {e}", config.rpc_addr)))?;
     tracing::info!(addr = %server.local_addr(), epoch, "job master listening");
-    println!("sluice job master listening on {}", server.local_addr());
     let watchdog = {
         let registry = registry.clone();
         tokio::spawn(async move { watch_heartbeats(registry).await })
     };
+    let handle = env.submit_remote(job_name, remote)?;
     health.set_ready(true);
-    let result = env.submit_remote(job_name, remote)?.await;
-    watchdog.abort();
-    // Tell every task manager the job is over, so that it shuts down.
-    let clients: Vec<(String, TaskManagerClient)> = registry
-        .lock_tms()
-        .iter()
-        .map(|t| (t.name.clone(), t.client.clone()))
-        .collect();
-    for (name, mut client) in clients {
-        let told = client
-            .heartbeat(Heartbeat {
-                fence: registry.fence(),
-                task_manager: name.clone(),
-                job_finished: true,
-            })
-            .await;
-        if let Err(e) = told {
-            tracing::debug!(task_manager = %name, error = %e, "could not tell a task manager the job ended");
-        }
-    }
-    drop(server);
-    Ok(result?)
+    Ok((
+        handle,
+        ClusterGuard {
+            registry,
+            server,
+            watchdog,
+        },
+    ))
 }
 
 /// Declares task managers lost once they missed heartbeats for the timeout.

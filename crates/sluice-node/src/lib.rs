@@ -52,8 +52,9 @@ mod taskmanager;
 
 pub use config::{ConfigError, NodeConfig, Role};
 pub use health::Health;
+pub use jobmaster::ClusterGuard;
 
-use sluice_runtime::{JobError, JobResult, StreamEnvironment};
+use sluice_runtime::{JobError, JobHandle, JobResult, StreamEnvironment};
 
 /// Why a process of a cluster could not run.
 #[derive(Debug, thiserror::Error)]
@@ -70,25 +71,89 @@ pub enum NodeError {
 }
 
 /// Runs the job built in `env` in the role the process environment says
-/// ([`NodeConfig::from_env`]): the whole job here (local, the default), as the job master of a
-/// cluster, or as one of its task managers. Returns the job's result, or `None` on a task
-/// manager once the job master said the job ended.
+/// ([`NodeConfig::from_env`]) to its end: the whole job here (local, the default), as the job
+/// master of a cluster, or as one of its task managers. Returns the job's result, or `None`
+/// on a task manager once the job master said the job ended.
 pub async fn execute(
     env: &StreamEnvironment,
     job_name: &str,
 ) -> Result<Option<JobResult>, NodeError> {
     let config = NodeConfig::from_env()?;
-    execute_with(env, job_name, &config).await
+    match submit(env, job_name, &config).await? {
+        Submitted::Job { handle, cluster } => {
+            let result = handle.await;
+            if let Some(cluster) = cluster {
+                cluster.finish().await;
+            }
+            Ok(Some(result?))
+        }
+        Submitted::TaskManager(run) => run.wait().await.map(|()| None),
+    }
 }
 
-/// [`execute`] with an explicit configuration.
-pub async fn execute_with(
+/// A job started in the role of this process.
+pub enum Submitted {
+    /// Local mode or the job master: the job's handle (await it for the result, watch it
+    /// through its observer); on a job master, `cluster` keeps the task managers served:
+    /// [`finish`](ClusterGuard::finish) it once the job ended.
+    Job {
+        /// The running job.
+        handle: JobHandle,
+        /// The cluster side of a job master.
+        cluster: Option<ClusterGuard>,
+    },
+    /// A task manager, running until the job master says the job ended.
+    TaskManager(TaskManagerRun),
+}
+
+impl std::fmt::Debug for Submitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Submitted::Job { handle, cluster } => f
+                .debug_struct("Job")
+                .field("name", &handle.name())
+                .field("cluster", cluster)
+                .finish(),
+            Submitted::TaskManager(run) => f.debug_tuple("TaskManager").field(run).finish(),
+        }
+    }
+}
+
+/// A running task manager.
+pub struct TaskManagerRun {
+    task: tokio::task::JoinHandle<Result<(), NodeError>>,
+    health: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for TaskManagerRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskManagerRun").finish_non_exhaustive()
+    }
+}
+
+impl TaskManagerRun {
+    /// Waits until the job master says the job ended.
+    pub async fn wait(self) -> Result<(), NodeError> {
+        let result = self
+            .task
+            .await
+            .map_err(|e| NodeError::Setup(format!("the task manager stopped: {e}")))?;
+        if let Some(h) = self.health {
+            h.abort();
+        }
+        result
+    }
+}
+
+/// Starts the job built in `env` in the role `config` says and returns at once (see
+/// [`Submitted`]). Must be called inside a tokio runtime.
+pub async fn submit(
     env: &StreamEnvironment,
     job_name: &str,
     config: &NodeConfig,
-) -> Result<Option<JobResult>, NodeError> {
+) -> Result<Submitted, NodeError> {
     let health = Health::default();
-    let _served = match config.health_addr {
+    let served = match config.health_addr {
         Some(addr) => Some(
             health
                 .serve(addr)
@@ -98,17 +163,28 @@ pub async fn execute_with(
         ),
         None => None,
     };
-    let outcome = match config.role {
-        Role::Local => Ok(Some(env.execute(job_name).await?)),
-        Role::JobManager => jobmaster::run(env, job_name, config, &health)
-            .await
-            .map(Some),
-        Role::TaskManager => taskmanager::run(env, job_name, config, &health)
-            .await
-            .map(|()| None),
-    };
-    if let Some(task) = _served {
-        task.abort();
+    match config.role {
+        Role::Local => {
+            health.set_ready(true);
+            Ok(Submitted::Job {
+                handle: env.submit(job_name)?,
+                cluster: None,
+            })
+        }
+        Role::JobManager => {
+            let (handle, cluster) = jobmaster::start(env, job_name, config, &health).await?;
+            Ok(Submitted::Job {
+                handle,
+                cluster: Some(cluster),
+            })
+        }
+        Role::TaskManager => {
+            let job = env.worker_job(job_name)?;
+            let task = tokio::spawn(taskmanager::run(job, config.clone(), health));
+            Ok(Submitted::TaskManager(TaskManagerRun {
+                task,
+                health: served,
+            }))
+        }
     }
-    outcome
 }

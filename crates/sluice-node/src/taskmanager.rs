@@ -14,9 +14,8 @@ use crate::plane::{NetDataPlane, SharedPlane};
 use sluice_control::messages::*;
 use sluice_control::{JobMasterClient, TaskManager, TaskManagerServer, serve};
 use sluice_net::NetConfig;
-use sluice_runtime::StreamEnvironment;
-use sluice_runtime::cluster::Worker;
 use sluice_runtime::cluster::wire::{Control, Deployment, Up};
+use sluice_runtime::cluster::{Worker, WorkerJob};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -75,13 +74,13 @@ impl TaskManager for Service {
     }
 }
 
-/// Runs a task manager for `env`'s job until the job master says the job ended.
+/// Runs a task manager for `job` until the job master says the job ended.
 pub(crate) async fn run(
-    env: &StreamEnvironment,
-    job_name: &str,
-    config: &NodeConfig,
-    health: &Health,
+    job: WorkerJob,
+    config: NodeConfig,
+    health: Health,
 ) -> Result<(), NodeError> {
+    let (config, health) = (&config, &health);
     let secret = config
         .secret
         .clone()
@@ -91,7 +90,6 @@ pub(crate) async fn run(
         .clone()
         .ok_or_else(|| NodeError::Setup("a task manager needs SLUICE_JOBMANAGER".into()))?;
     let name = config.task_manager_id.clone();
-    let job = env.worker_job(job_name)?;
     let plane = NetDataPlane::bind(&name, config.data_addr, NetConfig::new(secret.clone()))
         .await
         .map_err(|e| NodeError::Setup(format!("data plane on {}: {e}", config.data_addr)))?;

@@ -147,6 +147,14 @@ struct Args {
         default_value = "sluice-checkpoints/clickstream"
     )]
     checkpoint_dir: PathBuf,
+    /// Keep checkpoints in an object store instead of --checkpoint-dir (s3://bucket/path, with
+    /// credentials and endpoint from the AWS_* variables; file:///path; memory:///path)
+    #[arg(long, value_name = "URL")]
+    checkpoint_url: Option<String>,
+    /// Start from the newest complete checkpoint in the checkpoint storage, if there is one
+    /// (what a job master started again after a crash does); keeps the table
+    #[arg(long, conflicts_with = "restore")]
+    resume: bool,
     /// Fail once, after about N clicks (then restart from the last checkpoint)
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     fail_after: Option<u64>,
@@ -308,13 +316,19 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
 
-    let data = prepare_data(&args).await?;
-    check_fail_after(args.fail_after, data.events)?;
+    // SLUICE_MODE=jobmanager or taskmanager make this process one of a cluster (see
+    // sluice-node); local by default.
+    let node = sluice_node::NodeConfig::from_env().context("cluster settings")?;
     let parallelism = args
         .parallelism
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if node.role == sluice_node::Role::TaskManager {
+        return run_task_manager(&args, &node, parallelism).await;
+    }
+    let data = prepare_data(&args).await?;
+    check_fail_after(args.fail_after, data.events)?;
     let catalog = table::catalog(&args.warehouse)?;
-    if args.restore.is_none() {
+    if args.restore.is_none() && !args.resume {
         table::start_fresh(&catalog, &args.table)?;
     }
     let (lookup_url, service) = lookup_service(&args).await?;
@@ -323,15 +337,30 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         &env,
         &args,
         parallelism,
-        &data,
+        &data.dir,
         &lookup_url,
         catalog.clone(),
     )?;
     print_header(&args, parallelism, &data, &lookup_url);
 
-    let job = env
-        .submit("clickstream")
+    let submitted = sluice_node::submit(&env, "clickstream", &node)
+        .await
         .context("the clickstream job could not start")?;
+    let sluice_node::Submitted::Job {
+        handle: job,
+        cluster,
+    } = submitted
+    else {
+        bail!("a job master or a local run got a task manager's role");
+    };
+    if let Some(cluster) = &cluster {
+        println!(
+            "job master listening on {}: start task managers with SLUICE_MODE=taskmanager \
+             SLUICE_JOBMANAGER={} and the same secret and arguments",
+            cluster.local_addr(),
+            cluster.local_addr()
+        );
+    }
     // The servers stop when these guards are dropped, after the summary.
     let _ui = match args.ui {
         Some(addr) => {
@@ -357,6 +386,9 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     if let Some(service) = service {
         service.abort();
     }
+    if let Some(cluster) = cluster {
+        cluster.finish().await;
+    }
     let watched = watched?;
 
     // Reading the table back and working out what it should hold are blocking work.
@@ -381,6 +413,44 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         check: &check,
     });
     Ok(check.passed())
+}
+
+/// A task manager: builds the same job (the job master reads the click files' listing and
+/// checks the table; this process runs the subtasks deployed to it) and runs until the job
+/// master says the job ended.
+async fn run_task_manager(
+    args: &Args,
+    node: &sluice_node::NodeConfig,
+    parallelism: usize,
+) -> anyhow::Result<bool> {
+    let catalog = table::catalog(&args.warehouse)?;
+    let (lookup_url, service) = lookup_service(args).await?;
+    let env = configure(args, parallelism)?;
+    build_job(
+        &env,
+        args,
+        parallelism,
+        &args.data_dir,
+        &lookup_url,
+        catalog,
+    )?;
+    let submitted = sluice_node::submit(&env, "clickstream", node)
+        .await
+        .context("the task manager could not start")?;
+    let sluice_node::Submitted::TaskManager(run) = submitted else {
+        bail!("a task manager got another role");
+    };
+    println!(
+        "task manager {} running; waiting for the job master",
+        node.task_manager_id
+    );
+    let ended = run.wait().await;
+    if let Some(service) = service {
+        service.abort();
+    }
+    ended.context("the task manager failed")?;
+    println!("task manager {}: the job ended", node.task_manager_id);
+    Ok(true)
 }
 
 /// The click files: the ones in --data-dir when they fit, generated otherwise; with --restore
@@ -441,7 +511,23 @@ fn configure(args: &Args, parallelism: usize) -> anyhow::Result<StreamEnvironmen
     let env = StreamEnvironment::new();
     env.set_parallelism(parallelism);
     env.enable_checkpointing(Duration::from_millis(args.checkpoint_interval_ms));
-    env.set_checkpoint_storage(&args.checkpoint_dir);
+    match &args.checkpoint_url {
+        Some(url) => {
+            let storage = sluice_object_store::ObjectStoreCheckpointStorage::from_url(
+                url,
+                aws_options(),
+                std::num::NonZeroUsize::MIN.saturating_add(2),
+            )
+            .with_context(|| format!("--checkpoint-url {url}"))?;
+            env.set_checkpoint_storage_backend(std::sync::Arc::new(storage));
+        }
+        None => {
+            env.set_checkpoint_storage(&args.checkpoint_dir);
+        }
+    }
+    if args.resume {
+        env.resume_from_latest_checkpoint();
+    }
     env.set_restart_strategy(
         RestartStrategy::fixed_delay(3, Duration::from_millis(500))
             .context("invalid restart strategy")?,
@@ -450,6 +536,20 @@ fn configure(args: &Args, parallelism: usize) -> anyhow::Result<StreamEnvironmen
         env.restore_from(dir);
     }
     Ok(env)
+}
+
+/// The object store's options from the standard AWS variables (endpoint, region, keys).
+fn aws_options() -> Vec<(String, String)> {
+    [
+        ("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
+        ("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
+        ("AWS_REGION", "aws_region"),
+        ("AWS_ENDPOINT", "aws_endpoint"),
+        ("AWS_ALLOW_HTTP", "aws_allow_http"),
+    ]
+    .into_iter()
+    .filter_map(|(var, key)| std::env::var(var).ok().map(|v| (key.to_string(), v)))
+    .collect()
 }
 
 /// Adds the clickstream job to `env`.
@@ -461,7 +561,7 @@ fn build_job(
     env: &StreamEnvironment,
     args: &Args,
     parallelism: usize,
-    data: &data::DataSet,
+    data_dir: &Path,
     lookup_url: &str,
     catalog: sluice_iceberg::IcebergCatalog,
 ) -> anyhow::Result<Probes> {
@@ -471,7 +571,7 @@ fn build_job(
         None => FailureInjector::at_record(0, u64::MAX).times(0),
     };
     let clicks = env
-        .from_source(FileSource::<RawClick>::csv(&data.dir), None, SOURCE)
+        .from_source(FileSource::<RawClick>::csv(data_dir), None, SOURCE)
         .process(failures.clone())
         .name("Fault injection")
         .filter(|c: &RawClick| !events::is_bot(c))
