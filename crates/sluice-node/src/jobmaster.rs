@@ -116,9 +116,21 @@ impl JobMaster for Service {
             .map_err(|e| {
                 Status::invalid_argument(format!("control address {}: {e}", r.control_address))
             })?;
+        let again = {
+            let mut tms = reg.lock_tms();
+            let before = tms.len();
+            tms.retain(|t| t.name != r.task_manager);
+            before != tms.len()
+        };
+        if again {
+            // It stopped its tasks before registering again (it lost this job master for a
+            // while): they fail over like those of a lost task manager.
+            if let Some(remote) = reg.remote.get() {
+                remote.task_manager_lost(&r.task_manager, "it registered again");
+            }
+        }
         {
             let mut tms = reg.lock_tms();
-            tms.retain(|t| t.name != r.task_manager);
             tms.push(Registered {
                 name: r.task_manager.clone(),
                 slots: r.slots,

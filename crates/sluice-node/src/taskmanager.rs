@@ -162,7 +162,9 @@ async fn stay_registered(
                 new = fence.epoch,
                 "a new job master took over; stopping the old one's tasks"
             );
-            worker.cancel_all();
+            // Only the old job master's tasks: the new one may have deployed here already,
+            // before this answer was read.
+            worker.cancel_before_epoch(fence.epoch);
         }
         health.set_ready(true);
         tracing::info!(epoch = fence.epoch, "registered with the job master");

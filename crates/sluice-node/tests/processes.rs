@@ -29,6 +29,8 @@ struct Job {
     keys: u64,
     parallelism: usize,
     rate: f64,
+    /// More variables for every process (object-store credentials).
+    extra: Vec<(String, String)>,
 }
 
 impl Job {
@@ -47,7 +49,12 @@ impl Job {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        for (k, v) in vars {
+        for (k, v) in self
+            .extra
+            .iter()
+            .map(|(k, v)| (k.as_str(), v))
+            .chain(vars.iter().map(|(k, v)| (*k, v)))
+        {
             c.env(k, v);
         }
         c
@@ -143,6 +150,7 @@ async fn one_job_master_and_three_task_managers_give_the_local_output() {
         keys: 997,
         parallelism: 3,
         rate: 0.0,
+        extra: Vec::new(),
     };
     let local = job("local");
     succeeds(local.command(&[]).spawn().unwrap(), "the local run").await;
@@ -179,6 +187,7 @@ async fn a_task_manager_killed_mid_run_is_replaced_and_the_output_stays_exact() 
         parallelism: 2,
         // About four seconds: the kill lands mid-run.
         rate: 100_000.0,
+        extra: Vec::new(),
     };
     let port = free_port();
     let mut jm = job.job_master(port);
@@ -229,6 +238,7 @@ async fn a_peer_without_the_secret_is_refused() {
         keys: 3,
         parallelism: 1,
         rate: 0.0,
+        extra: Vec::new(),
     };
     let port = free_port();
     let mut jm = job.job_master(port);
@@ -258,13 +268,53 @@ async fn a_peer_without_the_secret_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_master_killed_and_started_again_resumes_from_the_latest_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
+    job_master_restart(dir.path(), dir.path().join("checkpoints"), &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_job_master_finds_the_latest_checkpoint_in_s3() {
+    let Some(endpoint) =
+        sluice_runtime::testing::required_env("SLUICE_S3_ENDPOINT", "source .ci/s3")
+    else {
+        return;
+    };
+    let bucket = format!("cluster-{}", std::process::id());
+    let created = endpoint.clone();
+    let b = bucket.clone();
+    tokio::task::spawn_blocking(move || sluice_runtime::testing::create_s3_bucket(&created, &b))
+        .await
+        .unwrap()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let s3 = [
+        ("AWS_ENDPOINT", endpoint),
+        ("AWS_ALLOW_HTTP", "true".to_string()),
+        ("AWS_ACCESS_KEY_ID", "test".to_string()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
+        ("AWS_REGION", "us-east-1".to_string()),
+    ];
+    job_master_restart(
+        dir.path(),
+        PathBuf::from(format!("s3://{bucket}/demo")),
+        &s3,
+    )
+    .await;
+}
+
+/// Kills the job master once a checkpoint completed and starts it again on the same address
+/// with `SLUICE_DEMO_RESUME`: it resumes from the checkpoint store and the output is exact.
+async fn job_master_restart(dir: &Path, checkpoints: PathBuf, extra: &[(&str, String)]) {
     let job = Job {
-        out: dir.path().join("out"),
-        checkpoints: dir.path().join("checkpoints"),
+        out: dir.join("out"),
+        checkpoints,
         records: 400_000,
         keys: 101,
         parallelism: 2,
         rate: 100_000.0,
+        extra: extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
     };
     let port = free_port();
     let resume = [("SLUICE_DEMO_RESUME", "true".to_string())];

@@ -10,7 +10,7 @@
 //! Settings: `SLUICE_DEMO_OUT` (output directory, required), `SLUICE_DEMO_RECORDS` (default
 //! 1,000,000), `SLUICE_DEMO_KEYS` (default 1,000), `SLUICE_DEMO_PARALLELISM` (default 2),
 //! `SLUICE_DEMO_RATE` (records per second, unlimited by default), `SLUICE_DEMO_CHECKPOINTS`
-//! (checkpoint directory, default `sluice-checkpoints/demo`), `SLUICE_DEMO_RESUME=true` (resume
+//! (checkpoint directory or object-store URL such as `s3://bucket/path` with the `AWS_*` variables; default `sluice-checkpoints/demo`), `SLUICE_DEMO_RESUME=true` (resume
 //! from the newest checkpoint there, as a restarted job master does).
 
 use anyhow::Context;
@@ -111,7 +111,29 @@ async fn main() -> anyhow::Result<()> {
     let env = StreamEnvironment::new();
     env.set_parallelism(parallelism);
     env.enable_checkpointing(Duration::from_millis(100));
-    env.set_checkpoint_storage(&checkpoints);
+    let location = checkpoints.to_string_lossy().into_owned();
+    if location.contains("://") {
+        // An object store (s3://bucket/path with the AWS_* variables, file://, memory://).
+        let options: Vec<(String, String)> = [
+            ("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
+            ("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
+            ("AWS_REGION", "aws_region"),
+            ("AWS_ENDPOINT", "aws_endpoint"),
+            ("AWS_ALLOW_HTTP", "aws_allow_http"),
+        ]
+        .into_iter()
+        .filter_map(|(var, key)| std::env::var(var).ok().map(|v| (key.to_string(), v)))
+        .collect();
+        let storage = sluice_object_store::ObjectStoreCheckpointStorage::from_url(
+            &location,
+            options,
+            std::num::NonZeroUsize::MIN.saturating_add(2),
+        )
+        .with_context(|| format!("SLUICE_DEMO_CHECKPOINTS={location}"))?;
+        env.set_checkpoint_storage_backend(std::sync::Arc::new(storage));
+    } else {
+        env.set_checkpoint_storage(&checkpoints);
+    }
     if var("SLUICE_DEMO_RESUME", false)? {
         // A job master started again finds where its predecessor got to.
         env.resume_from_latest_checkpoint();

@@ -286,6 +286,18 @@ impl Worker {
         });
     }
 
+    /// Stops every task deployed by a job master of an epoch before `epoch` (a newer job master
+    /// took over; what it deploys itself stays).
+    pub fn cancel_before_epoch(&self, epoch: u64) {
+        lock(&self.running).retain(|_, r| {
+            let old = r.epoch < epoch;
+            if old {
+                r.abort.abort();
+            }
+            !old
+        });
+    }
+
     /// Stops every task (the job master changed or the job ended).
     pub fn cancel_all(&self) {
         for (_, r) in lock(&self.running).drain() {
