@@ -308,6 +308,8 @@ pub struct ClusterGuard {
     registry: Arc<Registry>,
     server: sluice_control::ServerHandle,
     watchdog: tokio::task::JoinHandle<()>,
+    /// With a standby (`SLUICE_HA`): hands the lease over when the job ended.
+    release: Option<tokio::sync::oneshot::Sender<tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl std::fmt::Debug for ClusterGuard {
@@ -328,6 +330,12 @@ impl ClusterGuard {
     /// Tells every task manager that the job ended (they shut down) and stops serving.
     pub async fn finish(self) {
         self.watchdog.abort();
+        if let Some(release) = self.release {
+            let (done, released) = tokio::sync::oneshot::channel();
+            if release.send(done).is_ok() {
+                let _ = released.await;
+            }
+        }
         let registry = self.registry;
         let clients: Vec<(String, TaskManagerClient)> = registry
             .lock_tms()
@@ -362,6 +370,7 @@ pub(crate) async fn start(
         .secret
         .clone()
         .ok_or_else(|| NodeError::Setup("a job master needs SLUICE_SECRET".into()))?;
+    let release = standby_until_leader().await?;
     // A new job master's epoch is above every earlier one's: the wall clock in milliseconds.
     let epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -400,8 +409,61 @@ pub(crate) async fn start(
             registry,
             server,
             watchdog,
+            release,
         },
     ))
+}
+
+/// The hand-over of a lease: send it a channel, and it answers once the lease was released.
+type Release = tokio::sync::oneshot::Sender<tokio::sync::oneshot::Sender<()>>;
+
+/// With `SLUICE_HA=kubernetes`: waits as a standby until this process holds the job master's
+/// Lease, and from then on exits the process the moment it loses it (another job master may
+/// take over at once). Without `SLUICE_HA`: nothing.
+#[cfg(feature = "kubernetes")]
+async fn standby_until_leader() -> Result<Option<Release>, NodeError> {
+    let Some(election) = sluice_k8s::LeaderElection::from_env()
+        .await
+        .map_err(|e| NodeError::Setup(format!("leader election: {e}")))?
+    else {
+        return Ok(None);
+    };
+    tracing::info!("standby: waiting for the job master's lease");
+    let leadership = election.acquire().await;
+    tracing::info!(
+        transitions = leadership.transitions(),
+        "this job master leads"
+    );
+    let (release, released) = tokio::sync::oneshot::channel::<tokio::sync::oneshot::Sender<()>>();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = leadership.lost() => {
+                tracing::error!("lost the job master's lease: stopping at once");
+                std::process::exit(3);
+            }
+            done = released => {
+                if let Err(e) = leadership.release().await {
+                    tracing::warn!(error = ?e, "could not release the lease; the standby takes over when it expires");
+                }
+                if let Ok(done) = done {
+                    let _ = done.send(());
+                }
+            }
+        }
+    });
+    Ok(Some(release))
+}
+
+/// Without the `kubernetes` feature, `SLUICE_HA` cannot be honoured: say so.
+#[cfg(not(feature = "kubernetes"))]
+async fn standby_until_leader() -> Result<Option<Release>, NodeError> {
+    match std::env::var("SLUICE_HA") {
+        Ok(v) if !v.trim().is_empty() => Err(NodeError::Setup(format!(
+            "SLUICE_HA={v} needs a build with sluice-node's `kubernetes` feature \
+             (cargo build --features sluice-node/kubernetes)"
+        ))),
+        _ => Ok(None),
+    }
 }
 
 /// Declares task managers lost once they missed heartbeats for the timeout.
