@@ -349,3 +349,137 @@ async fn a_lost_task_manager_fails_the_job_over_to_a_replacement() {
     totals.dedup();
     assert_eq!(totals, expected());
 }
+
+/// A checkpoint storage that counts the state files written through it.
+#[derive(Debug)]
+struct Counting {
+    inner: sluice_runtime::storage::LocalCheckpointStorage,
+    state_files: std::sync::atomic::AtomicU64,
+}
+
+impl Counting {
+    fn new(dir: &std::path::Path) -> Arc<Self> {
+        Arc::new(Counting {
+            inner: sluice_runtime::storage::LocalCheckpointStorage::new(
+                dir.to_path_buf(),
+                std::num::NonZeroUsize::new(3).unwrap(),
+            ),
+            state_files: Default::default(),
+        })
+    }
+    fn written(&self) -> u64 {
+        self.state_files.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+use sluice_runtime::storage::{
+    CheckpointMetadata, CheckpointStorage, CoordinatorStateHandle, RestoreOutcome,
+    RestoredCheckpoint, StateFileHandle, StorageError,
+};
+
+impl CheckpointStorage for Counting {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn initialize(&self) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
+        self.inner.initialize()
+    }
+    fn write_state(
+        &self,
+        id: CheckpointId,
+        node: sluice_core::NodeId,
+        subtask: usize,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<StateFileHandle, StorageError>> {
+        self.state_files
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.write_state(id, node, subtask, payload)
+    }
+    fn write_coordinator_state(
+        &self,
+        id: CheckpointId,
+        node: sluice_core::NodeId,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<CoordinatorStateHandle, StorageError>> {
+        self.inner.write_coordinator_state(id, node, payload)
+    }
+    fn complete(
+        &self,
+        metadata: CheckpointMetadata,
+    ) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
+        self.inner.complete(metadata)
+    }
+    fn discard(&self, id: CheckpointId) -> BoxFuture<'_, Result<(), StorageError>> {
+        self.inner.discard(id)
+    }
+    fn completed(&self) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
+        self.inner.completed()
+    }
+    fn latest_valid<'a>(
+        &'a self,
+        job_fingerprint: &'a str,
+    ) -> BoxFuture<'a, Result<RestoreOutcome, StorageError>> {
+        self.inner.latest_valid(job_fingerprint)
+    }
+    fn load<'a>(
+        &'a self,
+        id: CheckpointId,
+        job_fingerprint: &'a str,
+    ) -> BoxFuture<'a, Result<RestoredCheckpoint, StorageError>> {
+        self.inner.load(id, job_fingerprint)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_managers_write_their_state_files_and_the_job_master_only_the_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Arc::new(Cluster::default());
+    let plane = Arc::new(MemoryPlane::default());
+    let remote = RemoteTasks::new(Arc::new(Gateway(cluster.clone())), 7);
+    let master_storage = Counting::new(dir.path());
+    let env = StreamEnvironment::new();
+    let _unused = build(&env, dir.path(), false);
+    env.set_checkpoint_storage_backend(master_storage.clone());
+    let handle = env.submit_remote("cluster", remote.clone()).unwrap();
+    let worker_storage = Counting::new(dir.path());
+    for name in ["tm-a", "tm-b"] {
+        let env = StreamEnvironment::new();
+        let out = build(&env, dir.path(), false);
+        env.set_checkpoint_storage_backend(worker_storage.clone());
+        let job = env.worker_job("cluster").unwrap();
+        let (up_tx, mut up) = Worker::up_channel();
+        let worker = Worker::new(job, plane.clone(), up_tx);
+        let remote = remote.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = up.recv().await {
+                remote.up(msg).await;
+            }
+        });
+        cluster.outputs.lock().unwrap().push(out);
+        cluster
+            .workers
+            .lock()
+            .unwrap()
+            .push((name.to_string(), worker));
+        cluster.registered.notify_waiters();
+    }
+    let result = handle.await.unwrap();
+    assert!(result.completed_checkpoints >= 1);
+    assert_eq!(
+        master_storage.written(),
+        0,
+        "the job master wrote state files"
+    );
+    assert!(
+        worker_storage.written() >= 4,
+        "{}",
+        worker_storage.written()
+    );
+    // The checkpoints they make up are whole: a local run restores the last one (every file
+    // it lists read back and its checksum verified).
+    let env = StreamEnvironment::new();
+    let _out = build(&env, dir.path(), false);
+    env.resume_from_latest_checkpoint();
+    let resumed = env.execute("cluster").await.unwrap();
+    assert_eq!(resumed.restored_from, result.last_checkpoint);
+}

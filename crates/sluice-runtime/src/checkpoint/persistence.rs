@@ -23,17 +23,55 @@ pub(crate) trait Persistence: Send + Sync + 'static {
     fn discard(&self, id: CheckpointId) -> BoxFuture<'_, ()>;
 }
 
+/// State files that task managers wrote to the storage themselves (cluster mode), by
+/// checkpoint: persisting lists them in the metadata instead of writing them again.
+#[derive(Debug, Default)]
+pub(crate) struct WrittenStates(std::sync::Mutex<BTreeMap<CheckpointId, Handles>>);
+
+/// The state files of one checkpoint, by operator subtask.
+type Handles = BTreeMap<(NodeId, usize), StateFileHandle>;
+
+impl WrittenStates {
+    /// Task managers wrote `handles` for checkpoint `id`.
+    pub(crate) fn add(&self, id: CheckpointId, handles: Vec<StateFileHandle>) {
+        let mut all = sluice_core::sync::lock(&self.0);
+        let entry = all.entry(id).or_default();
+        for h in handles {
+            entry.insert((h.node, h.subtask), h);
+        }
+    }
+
+    /// Takes what was written for `id`, forgetting older checkpoints (completed or aborted).
+    fn take(&self, id: CheckpointId) -> Handles {
+        let mut all = sluice_core::sync::lock(&self.0);
+        let taken = all.remove(&id).unwrap_or_default();
+        all.retain(|other, _| *other > id);
+        taken
+    }
+
+    fn forget(&self, id: CheckpointId) {
+        sluice_core::sync::lock(&self.0).remove(&id);
+    }
+}
+
 /// Writes checkpoints to a [`CheckpointStorage`].
 pub(crate) struct StoragePersistence {
     pub(crate) storage: Arc<dyn CheckpointStorage>,
     pub(crate) fingerprint: String,
     pub(crate) max_parallelism: usize,
+    /// In cluster mode: the state files task managers wrote already.
+    pub(crate) written: Option<Arc<WrittenStates>>,
 }
 
 impl Persistence for StoragePersistence {
     fn persist(&self, cp: CompletedCheckpoint) -> BoxFuture<'_, Result<u64, String>> {
         Box::pin(async move {
             let id = cp.id;
+            let mut written = self
+                .written
+                .as_ref()
+                .map(|w| w.take(id))
+                .unwrap_or_default();
             let mut operators = Vec::new();
             // One write per operator subtask (and per coordinator), all in flight at once: each
             // encodes its state on the blocking pool (large states would stall a tokio worker)
@@ -46,6 +84,12 @@ impl Persistence for StoragePersistence {
                     max_parallelism: self.max_parallelism,
                 });
                 for subtask in 0..states.len() {
+                    if let Some(handle) = written.remove(&(node, subtask)) {
+                        // A task manager wrote this one to the storage itself.
+                        writes.push(Box::pin(async move { Ok(handle) })
+                            as BoxFuture<'static, Result<StateFileHandle, String>>);
+                        continue;
+                    }
                     let storage = self.storage.clone();
                     let all = cp.operators.clone();
                     writes.push(Box::pin(async move {
@@ -102,6 +146,9 @@ impl Persistence for StoragePersistence {
     }
 
     fn discard(&self, id: CheckpointId) -> BoxFuture<'_, ()> {
+        if let Some(w) = &self.written {
+            w.forget(id);
+        }
         Box::pin(async move {
             if let Err(e) = self.storage.discard(id).await {
                 tracing::warn!(checkpoint = %id, error = %e, "could not remove an aborted checkpoint");

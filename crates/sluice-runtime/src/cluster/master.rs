@@ -20,6 +20,7 @@
 //!    master then fails over as for any task failure.
 
 use crate::checkpoint::CompletedCheckpoint;
+use crate::checkpoint::persistence::WrittenStates;
 use crate::cluster::TransportError;
 use crate::cluster::placement::slot_owners;
 use crate::cluster::wire::{Control, ControlKind, Deployment as WireDeployment, Up, UpKind};
@@ -95,6 +96,7 @@ struct Slot {
 pub struct RemoteTasks {
     gateway: Arc<dyn TaskManagerGateway>,
     epoch: u64,
+    written: Arc<WrittenStates>,
     slots: Mutex<HashMap<usize, Slot>>,
 }
 
@@ -112,6 +114,7 @@ impl RemoteTasks {
         Arc::new(RemoteTasks {
             gateway,
             epoch,
+            written: Arc::default(),
             slots: Mutex::new(HashMap::new()),
         })
     }
@@ -119,6 +122,11 @@ impl RemoteTasks {
     /// The job master's epoch.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// The state files task managers wrote themselves, for the job's persistence.
+    pub(crate) fn written_states(&self) -> Arc<WrittenStates> {
+        self.written.clone()
     }
 
     /// Hands over what a task manager sent for one task. Returns `false` when it was dropped
@@ -166,16 +174,27 @@ impl RemoteTasks {
                         },
                     )
                 }
-                kind => match kind.into_report(up.task) {
-                    Some(report) => Route::Report(
-                        slot.reports.clone(),
-                        AttemptReport {
-                            attempt: up.attempt,
-                            report,
-                        },
-                    ),
-                    None => return false,
-                },
+                kind => {
+                    if let UpKind::Ack {
+                        checkpoint,
+                        written,
+                        ..
+                    } = &kind
+                        && !written.is_empty()
+                    {
+                        self.written.add(*checkpoint, written.clone());
+                    }
+                    match kind.into_report(up.task) {
+                        Some(report) => Route::Report(
+                            slot.reports.clone(),
+                            AttemptReport {
+                                attempt: up.attempt,
+                                report,
+                            },
+                        ),
+                        None => return false,
+                    }
+                }
             }
         };
         match route {

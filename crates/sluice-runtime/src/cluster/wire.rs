@@ -6,6 +6,7 @@
 
 use crate::error::{TaskError, TaskFailure};
 use crate::state::OperatorState;
+use crate::storage::StateFileHandle;
 use crate::task::control::{DeclineReason, TaskControl, TaskReport};
 use serde::{Deserialize, Serialize};
 use sluice_core::{
@@ -167,8 +168,12 @@ pub enum UpKind {
     Ack {
         /// The checkpoint.
         checkpoint: CheckpointId,
-        /// One entry per operator subtask of its chain.
+        /// One entry per operator subtask of its chain (the job master keeps them as its
+        /// restore point for failover).
         states: Vec<(NodeId, usize, OperatorState)>,
+        /// The state files the task manager wrote to the checkpoint storage itself (empty when
+        /// it could not: the job master then writes them).
+        written: Vec<StateFileHandle>,
     },
     /// A newer checkpoint overtook `checkpoint` during alignment.
     Declined {
@@ -195,7 +200,11 @@ impl UpKind {
         match report {
             TaskReport::Ack {
                 checkpoint, states, ..
-            } => UpKind::Ack { checkpoint, states },
+            } => UpKind::Ack {
+                checkpoint,
+                states,
+                written: Vec::new(),
+            },
             TaskReport::Decline { checkpoint, .. } => UpKind::Declined { checkpoint },
             TaskReport::FinishedInput { .. } => UpKind::FinishedInput,
         }
@@ -204,7 +213,9 @@ impl UpKind {
     /// The runtime's report, for the task numbered `task`, or `None` for what is not one.
     pub(crate) fn into_report(self, task: usize) -> Option<TaskReport> {
         match self {
-            UpKind::Ack { checkpoint, states } => Some(TaskReport::Ack {
+            UpKind::Ack {
+                checkpoint, states, ..
+            } => Some(TaskReport::Ack {
                 task,
                 checkpoint,
                 states,

@@ -24,10 +24,12 @@ use crate::job::deploy::{
     DeployInputs, Deployment, MasterChannels, RemoteWiring, Restore, Scope, deploy,
 };
 use crate::job::plan::Plan;
+use crate::storage::{CheckpointStorage, StateFileHandle};
 use crate::task::control::TaskControl;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use sluice_core::AttemptNumber;
+use sluice_core::CheckpointId;
 use sluice_core::sync::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -41,6 +43,9 @@ pub struct WorkerJob {
     pub(crate) plan: Plan,
     pub(crate) config: JobConfig,
     pub(crate) fingerprint: String,
+    /// The checkpoint storage the job configured: the task manager writes its tasks' state
+    /// files there itself.
+    pub(crate) storage: Option<Arc<dyn CheckpointStorage>>,
 }
 
 impl std::fmt::Debug for WorkerJob {
@@ -182,13 +187,21 @@ impl Worker {
         // Rule 1: one forwarder per deployment, reports before ends.
         let (ended_tx, mut ended) = mpsc::channel::<Up>(tasks.len().max(1));
         let up = self.up.clone();
+        let storage = job.storage.clone();
         tokio::spawn(async move {
             let (mut reports_open, mut events_open, mut ends_open) = (true, true, true);
             while reports_open || events_open || ends_open {
                 let msg = tokio::select! {
                     biased;
                     r = reports.recv(), if reports_open => match r {
-                        Some(r) => Up { epoch, attempt: r.attempt, task: r.report.task(), kind: UpKind::from_report(r.report) },
+                        Some(r) => {
+                            let (task, attempt) = (r.report.task(), r.attempt);
+                            let mut kind = UpKind::from_report(r.report);
+                            if let (Some(storage), UpKind::Ack { checkpoint, states, written }) = (&storage, &mut kind) {
+                                *written = write_states(storage, *checkpoint, states).await;
+                            }
+                            Up { epoch, attempt, task, kind }
+                        }
                         None => { reports_open = false; continue; }
                     },
                     e = to_coordinators.recv(), if events_open => match e {
@@ -302,6 +315,35 @@ impl Worker {
     pub fn cancel_all(&self) {
         for (_, r) in lock(&self.running).drain() {
             r.abort.abort();
+        }
+    }
+}
+
+/// Writes a task's acknowledged states to the checkpoint storage (encoded on the blocking
+/// pool); the handles, or none when a write failed (the job master then writes them).
+async fn write_states(
+    storage: &Arc<dyn CheckpointStorage>,
+    checkpoint: CheckpointId,
+    states: &[(sluice_core::NodeId, usize, crate::state::OperatorState)],
+) -> Vec<StateFileHandle> {
+    let writes = states.iter().map(|(node, subtask, state)| {
+        let (storage, state, node, subtask) = (storage.clone(), state.clone(), *node, *subtask);
+        async move {
+            let bytes = tokio::task::spawn_blocking(move || sluice_core::codec::encode(&state))
+                .await
+                .map_err(|e| format!("encoding a state panicked: {e}"))?
+                .map_err(|e| e.to_string())?;
+            storage
+                .write_state(checkpoint, node, subtask, bytes)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    });
+    match futures::future::try_join_all(writes).await {
+        Ok(handles) => handles,
+        Err(e) => {
+            tracing::warn!(%checkpoint, error = %e, "could not write state files; the job master writes them");
+            Vec::new()
         }
     }
 }

@@ -146,6 +146,7 @@ impl Prepared {
             graph,
             plan: self.plan,
             config: self.config,
+            storage: self.checkpoints.map(|(_, storage)| storage),
         }
     }
 
@@ -157,6 +158,7 @@ impl Prepared {
                 storage: storage.clone(),
                 fingerprint: graph.fingerprint(),
                 max_parallelism: self.config.max_parallelism,
+                written: remote.as_ref().map(|r| r.written_states()),
             });
             CheckpointRun {
                 settings,
