@@ -31,6 +31,7 @@ use crate::job::deploy::{
     CONTROL_CAPACITY, DeployInputs, DeployedTask, Deployment, MetricsRegistry, Scope,
     restored_shares,
 };
+use crate::metrics::OperatorMetrics;
 use crate::operator::to_coordinator::ToCoordinator;
 use crate::state::OperatorState;
 use crate::task::control::{AttemptReport, TaskControl};
@@ -87,6 +88,9 @@ struct Slot {
     subtasks: Vec<(NodeId, usize)>,
 }
 
+/// The job master's copy of a remote operator subtask's counters, and the attempt they count.
+type Mirror = (AttemptNumber, Arc<OperatorMetrics>);
+
 /// The job master's stand-ins for the tasks of a job running on task managers.
 ///
 /// Create one with the gateway to the task managers, submit the job with
@@ -98,6 +102,8 @@ pub struct RemoteTasks {
     epoch: u64,
     written: Arc<WrittenStates>,
     slots: Mutex<HashMap<usize, Slot>>,
+    /// The job master's copy of each remote operator subtask's counters, with its attempt.
+    metrics: Mutex<HashMap<(NodeId, usize), Mirror>>,
 }
 
 impl std::fmt::Debug for RemoteTasks {
@@ -116,6 +122,7 @@ impl RemoteTasks {
             epoch,
             written: Arc::default(),
             slots: Mutex::new(HashMap::new()),
+            metrics: Mutex::new(HashMap::new()),
         })
     }
 
@@ -134,6 +141,17 @@ impl RemoteTasks {
     pub async fn up(&self, up: Up) -> bool {
         if up.epoch != self.epoch {
             return false;
+        }
+        if let UpKind::Metrics(all) = &up.kind {
+            let metrics = lock(&self.metrics);
+            for m in all {
+                if let Some((attempt, mine)) = metrics.get(&(m.node, m.subtask))
+                    && *attempt == up.attempt
+                {
+                    mine.mirror(m);
+                }
+            }
+            return true;
         }
         enum Route {
             Report(mpsc::Sender<AttemptReport>, AttemptReport),
@@ -245,6 +263,20 @@ impl RemoteTasks {
             }
         };
         let mut shares = restored_shares(graph, plan, config, restore)?;
+        let mut registry = MetricsRegistry::default();
+        {
+            let mut mirrors = lock(&self.metrics);
+            for &t in &tasks {
+                for (node, s) in plan.task_subtasks(t) {
+                    let m = match &scope {
+                        Scope::Region { metrics, .. } => metrics.get(node, s),
+                        _ => None,
+                    }
+                    .unwrap_or_else(|| registry.register(node, &graph.nodes[node.0].name, s));
+                    mirrors.insert((node, s), (attempt, m));
+                }
+            }
+        }
         let needed = plan.parallelism.iter().copied().max().unwrap_or(0);
         let mut batch_tasks = BTreeMap::new();
         let mut controls = Vec::new();
@@ -321,7 +353,7 @@ impl RemoteTasks {
             .collect();
         Ok(Deployment {
             tasks,
-            metrics: MetricsRegistry::default(),
+            metrics: registry,
             controls,
             source_tasks,
             node_mailboxes,

@@ -193,6 +193,48 @@ pub enum UpKind {
     },
     /// The task ended: `Ok` when it finished, the failure otherwise.
     Ended(Result<(), RemoteTaskError>),
+    /// The counters of the operator subtasks of a deployment (every second, and before each
+    /// task end), for the job master's live view.
+    Metrics(Vec<RemoteMetrics>),
+}
+
+/// One operator subtask's counters, as a task manager reports them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RemoteMetrics {
+    /// The operator.
+    pub node: NodeId,
+    /// The subtask.
+    pub subtask: usize,
+    /// Records in.
+    pub records_in: u64,
+    /// Records out.
+    pub records_out: u64,
+    /// Busy time, in nanoseconds.
+    pub busy_ns: u64,
+    /// Backpressured time, in nanoseconds.
+    pub backpressured_ns: u64,
+    /// Events sent to the coordinator.
+    pub events_to_coordinator: u64,
+    /// Events received from the coordinator.
+    pub events_from_coordinator: u64,
+    /// Operator-defined gauges.
+    pub gauges: std::collections::BTreeMap<String, i64>,
+}
+
+impl RemoteMetrics {
+    pub(crate) fn of(m: &crate::metrics::SubtaskMetrics) -> Self {
+        RemoteMetrics {
+            node: m.operator_id,
+            subtask: m.subtask,
+            records_in: m.records_in,
+            records_out: m.records_out,
+            busy_ns: u64::try_from(m.busy.as_nanos()).unwrap_or(u64::MAX),
+            backpressured_ns: u64::try_from(m.backpressured.as_nanos()).unwrap_or(u64::MAX),
+            events_to_coordinator: m.events_to_coordinator,
+            events_from_coordinator: m.events_from_coordinator,
+            gauges: m.gauges.clone(),
+        }
+    }
 }
 
 impl UpKind {
@@ -226,7 +268,7 @@ impl UpKind {
                 reason: DeclineReason::Subsumed,
             }),
             UpKind::FinishedInput => Some(TaskReport::FinishedInput { task }),
-            UpKind::ToCoordinator { .. } | UpKind::Ended(_) => None,
+            UpKind::ToCoordinator { .. } | UpKind::Ended(_) | UpKind::Metrics(_) => None,
         }
     }
 }

@@ -16,7 +16,9 @@
 //! 3. A cancelled task is dropped with its pumps and sends nothing more.
 
 use crate::cluster::DataPlane;
-use crate::cluster::wire::{Control, Deployment as WireDeployment, RemoteTaskError, Up, UpKind};
+use crate::cluster::wire::{
+    Control, Deployment as WireDeployment, RemoteMetrics, RemoteTaskError, Up, UpKind,
+};
 use crate::error::{JobError, TaskError};
 use crate::graph::StreamGraph;
 use crate::job::JobConfig;
@@ -92,6 +94,9 @@ impl std::fmt::Debug for Worker {
     }
 }
 
+/// How often a deployment's counters go to the job master.
+const METRICS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Messages a deployment's tasks may queue up before they wait.
 const UP_CAPACITY: usize = 1024;
 
@@ -154,6 +159,7 @@ impl Worker {
             tasks: deployed,
             controls,
             pumps,
+            metrics,
             ..
         } = deploy(
             &DeployInputs {
@@ -188,7 +194,22 @@ impl Worker {
         let (ended_tx, mut ended) = mpsc::channel::<Up>(tasks.len().max(1));
         let up = self.up.clone();
         let storage = job.storage.clone();
+        let counters = move || Up {
+            epoch,
+            attempt,
+            task: usize::MAX,
+            kind: UpKind::Metrics(
+                metrics
+                    .snapshot()
+                    .subtasks
+                    .iter()
+                    .map(RemoteMetrics::of)
+                    .collect(),
+            ),
+        };
         tokio::spawn(async move {
+            let mut every_second = tokio::time::interval(METRICS_EVERY);
+            every_second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let (mut reports_open, mut events_open, mut ends_open) = (true, true, true);
             while reports_open || events_open || ends_open {
                 let msg = tokio::select! {
@@ -214,9 +235,16 @@ impl Worker {
                         None => { events_open = false; continue; }
                     },
                     e = ended.recv(), if ends_open => match e {
-                        Some(e) => e,
+                        Some(e) => {
+                            // The task's last counters go before its end.
+                            if up.send(counters()).await.is_err() {
+                                return;
+                            }
+                            e
+                        }
                         None => { ends_open = false; continue; }
                     },
+                    _ = every_second.tick() => counters(),
                 };
                 if up.send(msg).await.is_err() {
                     return;

@@ -33,8 +33,21 @@ pub(crate) struct MetricsRegistry {
 }
 
 impl MetricsRegistry {
+    /// Registers fresh counters for operator `node` (named `name`), subtask `subtask`.
+    pub(crate) fn register(
+        &mut self,
+        node: NodeId,
+        name: &str,
+        subtask: usize,
+    ) -> Arc<OperatorMetrics> {
+        let m = Arc::new(OperatorMetrics::default());
+        self.entries
+            .push((node, name.to_string(), subtask, m.clone()));
+        m
+    }
+
     /// The counters of operator `node`'s subtask `subtask`, if registered.
-    fn get(&self, node: NodeId, subtask: usize) -> Option<Arc<OperatorMetrics>> {
+    pub(crate) fn get(&self, node: NodeId, subtask: usize) -> Option<Arc<OperatorMetrics>> {
         self.entries
             .iter()
             .find(|(id, _, s, _)| *id == node && *s == subtask)

@@ -372,6 +372,21 @@ impl OperatorMetrics {
         out
     }
 
+    /// Takes the values a task manager reported for this subtask (cluster mode: the job
+    /// master's copy of a subtask that runs elsewhere).
+    pub(crate) fn mirror(&self, m: &crate::cluster::wire::RemoteMetrics) {
+        self.records_in.store(m.records_in, Ordering::Relaxed);
+        self.records_out.store(m.records_out, Ordering::Relaxed);
+        self.busy_ns.store(m.busy_ns, Ordering::Relaxed);
+        self.backpressured_ns
+            .store(m.backpressured_ns, Ordering::Relaxed);
+        self.events_to_coordinator
+            .store(m.events_to_coordinator, Ordering::Relaxed);
+        self.events_from_coordinator
+            .store(m.events_from_coordinator, Ordering::Relaxed);
+        *lock(&self.gauges) = m.gauges.clone();
+    }
+
     /// Counts one event this subtask sent to its coordinator.
     pub(crate) fn add_event_to_coordinator(&self) {
         self.events_to_coordinator.fetch_add(1, Ordering::Relaxed);
