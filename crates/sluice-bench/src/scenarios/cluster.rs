@@ -7,7 +7,7 @@
 //!
 //! - `exchange`: generator of N records → map to `(i % 10_000, 1)` → `key_by` → a count per key
 //!   (`FxHashMap`) → discard, parallelism 2; run in one process (local mode) and on a job master
-//!   + 2 task managers with 1 slot each, so the hash exchange between the two count subtasks
+//!   and 2 task managers with 1 slot each, so the hash exchange between the two count subtasks
 //!   crosses processes over TCP. Ratio cluster / local, target ≥ 0.5 (issue 15).
 //! - `async`: generator → unordered async wait (capacity 100 per subtask) whose call sleeps
 //!   10 ms on tokio's timer → discard; a job master + 1 task manager at parallelism 1 against a
@@ -51,10 +51,10 @@ const RUN_LIMIT: Duration = Duration::from_secs(300);
 pub struct Args {
     #[command(flatten)]
     common: CommonArgs,
-    /// Records of the `exchange` case (default 20,000,000; 4,000,000 with --quick).
+    /// Records of the `exchange` case (default 50,000,000; 4,000,000 with --quick).
     #[arg(long)]
     records: Option<u64>,
-    /// Records of the `async` case (default 60,000; 10,000 with --quick).
+    /// Records of the `async` case (default 40,000; 10,000 with --quick).
     #[arg(long)]
     async_records: Option<u64>,
     /// Run only this case (`exchange` or `async`); both by default.
@@ -352,7 +352,11 @@ enum Deployment {
 /// One measured run.
 struct Measured {
     records_per_s: f64,
+    /// The job master's `JobResult::duration` (includes its wait for task managers).
     job_ms: f64,
+    /// Between the first stamps of the earliest and the latest subtask: how far apart the
+    /// subtasks started (part of the timed span).
+    skew_ms: f64,
 }
 
 /// The command of one process of a run.
@@ -446,6 +450,11 @@ async fn run_once(
         .filter_map(|s| s.first_ns)
         .min()
         .context("no subtask saw a record")?;
+    let last_first = stamps
+        .iter()
+        .filter_map(|s| s.first_ns)
+        .max()
+        .unwrap_or(first);
     let end = stamps.iter().map(|s| s.end_ns).max().unwrap_or(first);
     let span = Duration::from_nanos(u64::try_from(end.saturating_sub(first)).unwrap_or(u64::MAX));
     if span.is_zero() {
@@ -454,6 +463,7 @@ async fn run_once(
     Ok(Measured {
         records_per_s: records as f64 / span.as_secs_f64(),
         job_ms: node.job_ms,
+        skew_ms: last_first.saturating_sub(first) as f64 / 1e6,
     })
 }
 
@@ -474,6 +484,7 @@ struct Side {
     deployment: Deployment,
     rates: Vec<f64>,
     job_ms: Vec<f64>,
+    skew_ms: Vec<f64>,
 }
 
 impl Side {
@@ -484,6 +495,7 @@ impl Side {
             deployment,
             rates: Vec::new(),
             job_ms: Vec::new(),
+            skew_ms: Vec::new(),
         }
     }
 }
@@ -517,15 +529,18 @@ fn compare(
                 format!("round {round}/{rounds}")
             };
             report.progress(&format!(
-                "{} {label} {}: {:.0} records/s (job master's duration {:.0} ms)",
+                "{} {label} {}: {:.0} records/s (subtasks' first records {:.1} ms apart; \
+                 job master's duration {:.0} ms)",
                 case.name(),
                 side.name,
                 m.records_per_s,
+                m.skew_ms,
                 m.job_ms
             ));
             if round > 0 {
                 side.rates.push(m.records_per_s.round());
                 side.job_ms.push(m.job_ms);
+                side.skew_ms.push(m.skew_ms);
             }
         }
     }
@@ -541,6 +556,8 @@ fn compare(
         "side": measured.name,
         "job_ms": measured.job_ms,
         "baseline_job_ms": baseline.job_ms,
+        "start_skew_ms": measured.skew_ms,
+        "baseline_start_skew_ms": baseline.skew_ms,
     }));
     Ok(row)
 }
@@ -550,10 +567,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let quick = args.common.quick;
     let records = args
         .records
-        .unwrap_or(if quick { 4_000_000 } else { 20_000_000 });
+        .unwrap_or(if quick { 4_000_000 } else { 50_000_000 });
     let async_records = args
         .async_records
-        .unwrap_or(if quick { 10_000 } else { 60_000 });
+        .unwrap_or(if quick { 10_000 } else { 40_000 });
     let rounds = args.common.reps_or(2, 5);
     let exe = std::env::current_exe().context("locating the bench executable")?;
     let rt = runtime()?;
