@@ -441,30 +441,34 @@ async fn run_once(
             .with_context(|| format!("parsing {}: {text:?}", path.display()))?;
         stamps.push(st);
     }
+    let (records_per_s, skew_ms) = rate(&stamps, records).with_context(|| format!("the {what}"))?;
+    Ok(Measured {
+        records_per_s,
+        job_ms: node.job_ms,
+        skew_ms,
+    })
+}
+
+/// The rate of a run from its subtasks' stamps: `records` over the span from the earliest first
+/// record to the latest end of input; and how far apart the subtasks' first records were, in
+/// ms. Fails when the subtasks did not see `records` records in all.
+fn rate(stamps: &[Stamps], records: u64) -> anyhow::Result<(f64, f64)> {
     let total: u64 = stamps.iter().map(|s| s.records).sum();
     if total != records {
-        bail!("the {what} saw {total} records of {records}");
+        bail!("saw {total} records of {records}");
     }
-    let first = stamps
-        .iter()
-        .filter_map(|s| s.first_ns)
-        .min()
-        .context("no subtask saw a record")?;
-    let last_first = stamps
-        .iter()
-        .filter_map(|s| s.first_ns)
-        .max()
-        .unwrap_or(first);
+    let firsts = stamps.iter().filter_map(|s| s.first_ns);
+    let first = firsts.clone().min().context("no subtask saw a record")?;
+    let last_first = firsts.max().unwrap_or(first);
     let end = stamps.iter().map(|s| s.end_ns).max().unwrap_or(first);
     let span = Duration::from_nanos(u64::try_from(end.saturating_sub(first)).unwrap_or(u64::MAX));
     if span.is_zero() {
-        bail!("the {what} took no measurable time");
+        bail!("took no measurable time");
     }
-    Ok(Measured {
-        records_per_s: records as f64 / span.as_secs_f64(),
-        job_ms: node.job_ms,
-        skew_ms: last_first.saturating_sub(first) as f64 / 1e6,
-    })
+    Ok((
+        records as f64 / span.as_secs_f64(),
+        last_first.saturating_sub(first) as f64 / 1e6,
+    ))
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -629,4 +633,55 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         println!("{verdict}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamps(first_ms: Option<u128>, end_ms: u128, records: u64) -> Stamps {
+        Stamps {
+            first_ns: first_ms.map(|ms| ms * 1_000_000),
+            end_ns: end_ms * 1_000_000,
+            records,
+        }
+    }
+
+    #[test]
+    fn the_rate_spans_the_earliest_first_record_to_the_latest_end() {
+        let s = [
+            stamps(Some(1_000), 1_400, 600),
+            stamps(Some(1_040), 1_500, 400),
+        ];
+        let (rate, skew) = rate(&s, 1_000).unwrap();
+        assert!((rate - 2_000.0).abs() < 1e-6, "{rate}");
+        assert!((skew - 40.0).abs() < 1e-9, "{skew}");
+    }
+
+    #[test]
+    fn a_subtask_without_records_counts_only_its_end() {
+        let s = [stamps(Some(1_000), 1_100, 100), stamps(None, 1_200, 0)];
+        let (rate, skew) = rate(&s, 100).unwrap();
+        assert!((rate - 500.0).abs() < 1e-6, "{rate}");
+        assert_eq!(skew, 0.0);
+    }
+
+    #[test]
+    fn missing_records_or_no_records_fail_the_run() {
+        let s = [stamps(Some(1_000), 1_100, 99)];
+        assert!(
+            rate(&s, 100)
+                .unwrap_err()
+                .to_string()
+                .contains("99 records of 100")
+        );
+        assert!(rate(&[stamps(None, 1_000, 0)], 0).is_err());
+    }
+
+    #[test]
+    fn the_median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
 }
