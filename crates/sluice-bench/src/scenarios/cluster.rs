@@ -414,11 +414,13 @@ async fn run_once(
                     .env("SLUICE_SLOTS", "1");
                 tms.push(Proc::spawn(cmd, format!("task manager {i} of the {what}"))?);
             }
-            // The job master ends once the task managers were told; they follow at once.
-            let report = jm.finish(RUN_LIMIT).await?;
-            for tm in tms {
-                tm.finish(Duration::from_secs(30)).await?;
-            }
+            // All at once, so that the first process to fail ends the run (a task manager
+            // that dies at start would otherwise leave the job master waiting for slots); the
+            // others are killed when dropped.
+            let (report, _) = tokio::try_join!(
+                jm.finish(RUN_LIMIT),
+                futures::future::try_join_all(tms.into_iter().map(|tm| tm.finish(RUN_LIMIT)))
+            )?;
             report
         }
     };
