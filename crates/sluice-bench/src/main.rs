@@ -70,6 +70,14 @@ enum Command {
     /// Internal: one e2e job in a fresh process, printing its figures as one JSON line.
     #[command(hide = true)]
     E2eProbe(scenarios::e2e::ProbeArgs),
+    /// Cluster mode (every role its own process on loopback): a keyed exchange at parallelism 2
+    /// over a job master and 2 task managers beside one process, and an async job with 10 ms
+    /// lookups on 1 vs 2 task managers.
+    Cluster(scenarios::cluster::Args),
+    /// Internal: one process of a `cluster` run (local, job master or task manager, from its
+    /// `SLUICE_*` environment).
+    #[command(hide = true)]
+    ClusterNode(scenarios::cluster::NodeArgs),
     /// Internal: one pipeline job in a fresh process, printing its peak memory (used by
     /// `pipeline` to show that memory does not grow with the record count).
     #[command(hide = true)]
@@ -98,6 +106,8 @@ fn main() -> anyhow::Result<()> {
         Command::IcebergSink(args) => scenarios::iceberg::run(&args),
         Command::E2e(args) => scenarios::e2e::run(&args),
         Command::E2eProbe(args) => scenarios::e2e::probe(&args),
+        Command::Cluster(args) => scenarios::cluster::run(&args),
+        Command::ClusterNode(args) => scenarios::cluster::node(&args),
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),
     }
 }

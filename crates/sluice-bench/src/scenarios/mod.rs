@@ -3,6 +3,7 @@
 
 pub mod async_io;
 pub mod checkpoint;
+pub mod cluster;
 pub mod coordinator;
 pub mod e2e;
 pub mod failover;
