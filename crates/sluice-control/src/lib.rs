@@ -137,7 +137,7 @@ where
     let router = tonic::transport::Server::builder().add_service(
         tonic::service::interceptor::InterceptedService::new(service, auth.clone()),
     );
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let task = tokio::spawn(async move {
         let shutdown = async {
             let _ = stopped.await;

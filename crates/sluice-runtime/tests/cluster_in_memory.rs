@@ -306,7 +306,10 @@ async fn a_job_split_over_two_task_managers_gives_the_local_output() {
     );
     assert_eq!(result.restarts, 0);
     // The job master's metrics hold the task managers' counters.
-    assert_eq!(result.metrics.operator("Source: Generator").records_out, RECORDS);
+    assert_eq!(
+        result.metrics.operator("Source: Generator").records_out,
+        RECORDS
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -283,13 +283,17 @@ impl<T: Data> OutputOps for TypedOutput<T> {
         Ok(Box::pin(async move {
             let broken = |e: TransportError| TaskError::PeerGone(format!("{what}: {e}"));
             let mut out = out.await.map_err(broken)?;
-            let mut buf = Vec::new();
+            // Each element is encoded into a buffer sized from the last one, so that the encoder
+            // never grows (and copies) it on the way.
+            let mut size_hint = 256;
             while let Some(element) = rx.recv().await {
                 let end = matches!(element, StreamElement::EndOfInput);
+                let mut buf = Vec::with_capacity(size_hint);
                 sluice_core::codec::encode_into(&ElementOut::of(&element), &mut buf).map_err(
                     |e| TaskError::Internal(format!("{what}: cannot encode a record: {e}")),
                 )?;
-                out.send(std::mem::take(&mut buf)).await.map_err(broken)?;
+                size_hint = size_hint.max(buf.len() + buf.len() / 8 + 64);
+                out.send(buf).await.map_err(broken)?;
                 if end {
                     return out.close().await.map_err(broken);
                 }
