@@ -441,7 +441,13 @@ impl Connection {
         let writer_shared = shared.clone();
         let writer = tokio::spawn(async move {
             while let Some(frame) = outgoing.recv().await {
-                let sent = match postcard::to_allocvec(&frame) {
+                // Sized for the payload up front: growing the buffer by doubling would copy a
+                // batch's bytes several times over.
+                let size = match &frame {
+                    Frame::Data { payload, .. } => payload.len() + 24,
+                    _ => 24,
+                };
+                let sent = match postcard::to_extend(&frame, Vec::with_capacity(size)) {
                     Ok(bytes) => sink
                         .send(Bytes::from(bytes))
                         .await
