@@ -132,6 +132,28 @@ impl ObjectStoreCheckpointStorage {
         }
     }
 
+    /// The S3 options set in the standard AWS variables of this process (`AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`), as
+    /// [`from_url`](Self::from_url) takes them: what every process of a cluster passes, so
+    /// that they all reach the same bucket.
+    ///
+    /// ```
+    /// let options = sluice_object_store::ObjectStoreCheckpointStorage::aws_options_from_env();
+    /// assert!(options.iter().all(|(k, _)| k.starts_with("aws_")));
+    /// ```
+    pub fn aws_options_from_env() -> Vec<(String, String)> {
+        [
+            ("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
+            ("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
+            ("AWS_REGION", "aws_region"),
+            ("AWS_ENDPOINT", "aws_endpoint"),
+            ("AWS_ALLOW_HTTP", "aws_allow_http"),
+        ]
+        .into_iter()
+        .filter_map(|(var, key)| std::env::var(var).ok().map(|v| (key.to_string(), v)))
+        .collect()
+    }
+
     /// Checkpoints at `url` (`s3://bucket/prefix`, `gs://…`, `az://…`, `file:///dir`,
     /// `memory:///prefix`), configured by `options` in `object_store`'s names (for S3:
     /// `aws_access_key_id`, `aws_secret_access_key`, `aws_region`, `aws_endpoint`,

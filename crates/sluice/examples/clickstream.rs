@@ -515,7 +515,7 @@ fn configure(args: &Args, parallelism: usize) -> anyhow::Result<StreamEnvironmen
         Some(url) => {
             let storage = sluice_object_store::ObjectStoreCheckpointStorage::from_url(
                 url,
-                aws_options(),
+                sluice_object_store::ObjectStoreCheckpointStorage::aws_options_from_env(),
                 std::num::NonZeroUsize::MIN.saturating_add(2),
             )
             .with_context(|| format!("--checkpoint-url {url}"))?;
@@ -536,20 +536,6 @@ fn configure(args: &Args, parallelism: usize) -> anyhow::Result<StreamEnvironmen
         env.restore_from(dir);
     }
     Ok(env)
-}
-
-/// The object store's options from the standard AWS variables (endpoint, region, keys).
-fn aws_options() -> Vec<(String, String)> {
-    [
-        ("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
-        ("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
-        ("AWS_REGION", "aws_region"),
-        ("AWS_ENDPOINT", "aws_endpoint"),
-        ("AWS_ALLOW_HTTP", "aws_allow_http"),
-    ]
-    .into_iter()
-    .filter_map(|(var, key)| std::env::var(var).ok().map(|v| (key.to_string(), v)))
-    .collect()
 }
 
 /// Adds the clickstream job to `env`.

@@ -2,31 +2,16 @@
 //! process on loopback (`SLUICE_MODE`): the table it commits holds exactly what a local run's
 //! does, and the example's own check of it passes.
 
+mod clickstream_common;
+
+use clickstream_common::example_binary;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 
 const SECRET: &str = "the clickstream cluster's secret";
-
-/// The example binary beside this test's (see `clickstream_example.rs`).
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test binary lives in target/<profile>/deps");
-    let binary = profile_dir
-        .join("examples")
-        .join(format!("clickstream{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.is_file(),
-        "{} is missing: `cargo test` builds the examples first; with a filter, build it with \
-         `cargo build -p sluice --example clickstream`",
-        binary.display()
-    );
-    binary
-}
 
 fn command(dir: &Path, role: &[(&str, String)]) -> Command {
     let path = |name: &str| dir.join(name).to_string_lossy().into_owned();

@@ -4,28 +4,12 @@
 //! injected failure and the restore. The tests run the example's binary, which `cargo test`
 //! builds before running the tests, with temporary directories for everything it writes.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod clickstream_common;
 
-/// The example binary beside this test's: `target/<profile>/deps/<test>` →
-/// `target/<profile>/examples/clickstream`.
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test binary lives in target/<profile>/deps");
-    let binary = profile_dir
-        .join("examples")
-        .join(format!("clickstream{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.is_file(),
-        "{} is missing: `cargo test` builds the examples first; with a filter, build it with \
-         `cargo build -p sluice --example clickstream`",
-        binary.display()
-    );
-    binary
-}
+use clickstream_common::example_binary;
+
+use std::path::Path;
+use std::process::{Command, Output};
 
 /// Runs the example with small sizes in `dir` plus `extra` flags; returns its output.
 fn run_example(dir: &Path, extra: &[&str]) -> Output {

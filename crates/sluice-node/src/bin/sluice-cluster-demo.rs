@@ -114,19 +114,9 @@ async fn main() -> anyhow::Result<()> {
     let location = checkpoints.to_string_lossy().into_owned();
     if location.contains("://") {
         // An object store (s3://bucket/path with the AWS_* variables, file://, memory://).
-        let options: Vec<(String, String)> = [
-            ("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
-            ("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
-            ("AWS_REGION", "aws_region"),
-            ("AWS_ENDPOINT", "aws_endpoint"),
-            ("AWS_ALLOW_HTTP", "aws_allow_http"),
-        ]
-        .into_iter()
-        .filter_map(|(var, key)| std::env::var(var).ok().map(|v| (key.to_string(), v)))
-        .collect();
         let storage = sluice_object_store::ObjectStoreCheckpointStorage::from_url(
             &location,
-            options,
+            sluice_object_store::ObjectStoreCheckpointStorage::aws_options_from_env(),
             std::num::NonZeroUsize::MIN.saturating_add(2),
         )
         .with_context(|| format!("SLUICE_DEMO_CHECKPOINTS={location}"))?;
