@@ -23,7 +23,7 @@ use crate::checkpoint::CompletedCheckpoint;
 use crate::checkpoint::persistence::WrittenStates;
 use crate::cluster::TransportError;
 use crate::cluster::placement::slot_owners;
-use crate::cluster::wire::{Control, ControlKind, Deployment as WireDeployment, Up, UpKind};
+use crate::cluster::wire::{Control, Deployment as WireDeployment, Up, UpKind};
 use crate::error::{JobError, TaskError};
 use crate::graph::NodeKind;
 use crate::graph::erased::RunnableTask;
@@ -526,7 +526,7 @@ impl RunnableTask for Proxy {
                             epoch: remote.epoch,
                             attempt,
                             task: index,
-                            kind: ControlKind::from_control(msg),
+                            kind: msg,
                         };
                         remote.gateway.control(&tm, control).await.map_err(|e| {
                             TaskError::Internal(format!(

@@ -89,7 +89,7 @@ pub struct Deployment {
     pub max_concurrent_checkpoints: Option<usize>,
 }
 
-/// A message from the job master to one task.
+/// A message from the job master to one task: its mailbox message, as it is.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Control {
     /// The job master's epoch.
@@ -98,54 +98,9 @@ pub struct Control {
     pub attempt: AttemptNumber,
     /// The task.
     pub task: usize,
-    /// What to do.
-    pub kind: ControlKind,
-}
-
-/// What the master tells one task (the runtime's mailbox messages).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub enum ControlKind {
-    /// Start a checkpoint at a source, or snapshot a task that finished its input.
-    TriggerCheckpoint(CheckpointBarrier),
-    /// A checkpoint completed everywhere.
-    NotifyComplete(CheckpointId),
-    /// A checkpoint was aborted.
-    NotifyAborted(CheckpointId),
-    /// An event from a coordinator to operator `target` of the task's chain.
-    OperatorEvent {
-        /// The operator.
-        target: NodeId,
-        /// The event.
-        event: OperatorEvent,
-    },
-    /// End the task now (the final checkpoint completed).
-    Finish,
-}
-
-impl ControlKind {
-    pub(crate) fn from_control(c: TaskControl) -> Self {
-        match c {
-            TaskControl::TriggerCheckpoint(b) => ControlKind::TriggerCheckpoint(b),
-            TaskControl::NotifyComplete(id) => ControlKind::NotifyComplete(id),
-            TaskControl::NotifyAborted(id) => ControlKind::NotifyAborted(id),
-            TaskControl::OperatorEvent { target, event } => {
-                ControlKind::OperatorEvent { target, event }
-            }
-            TaskControl::Finish => ControlKind::Finish,
-        }
-    }
-
-    pub(crate) fn into_control(self) -> TaskControl {
-        match self {
-            ControlKind::TriggerCheckpoint(b) => TaskControl::TriggerCheckpoint(b),
-            ControlKind::NotifyComplete(id) => TaskControl::NotifyComplete(id),
-            ControlKind::NotifyAborted(id) => TaskControl::NotifyAborted(id),
-            ControlKind::OperatorEvent { target, event } => {
-                TaskControl::OperatorEvent { target, event }
-            }
-            ControlKind::Finish => TaskControl::Finish,
-        }
-    }
+    /// What to do: a checkpoint trigger, a completion or abort notice, a coordinator's event
+    /// for an operator of the task's chain, or the order to finish.
+    pub(crate) kind: TaskControl,
 }
 
 /// A message from a task manager to the job master, in the order its tasks produced them.

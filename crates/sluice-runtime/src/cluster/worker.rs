@@ -311,7 +311,7 @@ impl Worker {
                 _ => return false,
             }
         };
-        tx.send(c.kind.into_control()).await.is_ok()
+        tx.send(c.kind).await.is_ok()
     }
 
     /// Stops `tasks` of `attempt` (every task of it when `tasks` is empty).

@@ -9,8 +9,9 @@ use crate::checkpoint::SubtaskState;
 use sluice_core::{AttemptNumber, CheckpointBarrier, CheckpointId, NodeId, OperatorEvent};
 use tokio::sync::mpsc;
 
-/// A message from the job master to one task.
-#[derive(Debug)]
+/// A message from the job master to one task (serde: in cluster mode it crosses to the task
+/// manager running the task as it is).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) enum TaskControl {
     /// Start checkpoint `barrier.id` here: a source injects the barrier; a task that finished its
     /// input snapshots directly.
