@@ -488,3 +488,54 @@ async fn task_managers_write_their_state_files_and_the_job_master_only_the_metad
     let resumed = env.execute("cluster").await.unwrap();
     assert_eq!(resumed.restored_from, result.last_checkpoint);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_user_code_on_a_task_manager_fails_the_job_with_its_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Arc::new(Cluster::default());
+    let plane = Arc::new(MemoryPlane::default());
+    let remote = RemoteTasks::new(Arc::new(Gateway(cluster.clone())), 7);
+    let failing = |env: &StreamEnvironment| {
+        env.set_parallelism(2);
+        env.set_checkpoint_storage(dir.path());
+        env.from_generator(Generator::new(|i| i).take(RECORDS))
+            .map(|i: u64| {
+                assert!(i != 12_345, "record 12345 is poison");
+                (i % 101, 1u64)
+            })
+            .key_by(|r: &(u64, u64)| r.0)
+            .process(Totals::default())
+            .collect()
+    };
+    let env = StreamEnvironment::new();
+    let _unused = failing(&env);
+    let handle = env.submit_remote("cluster", remote.clone()).unwrap();
+    for name in ["tm-a", "tm-b"] {
+        let env = StreamEnvironment::new();
+        let out = failing(&env);
+        let job = env.worker_job("cluster").unwrap();
+        let (up_tx, mut up) = Worker::up_channel();
+        let worker = Worker::new(job, plane.clone(), up_tx);
+        let remote = remote.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = up.recv().await {
+                remote.up(msg).await;
+            }
+        });
+        cluster.outputs.lock().unwrap().push(out);
+        cluster
+            .workers
+            .lock()
+            .unwrap()
+            .push((name.to_string(), worker));
+        cluster.registered.notify_waiters();
+    }
+    // The panic, not its consequence on the other task manager (a task whose upstream channel
+    // closed early), names the failure.
+    let err = handle.await.unwrap_err();
+    let failure = err
+        .task_failure()
+        .unwrap_or_else(|| panic!("not a task failure: {err}"));
+    assert!(failure.message.contains("record 12345 is poison"), "{err}");
+    assert_eq!(failure.operator_name, "Map");
+}

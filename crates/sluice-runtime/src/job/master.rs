@@ -628,7 +628,10 @@ impl AttemptContext<'_> {
         io.requests.carried = machine.take_waiting_requests();
         let set = std::mem::take(&mut io.running.set);
         let end = match end {
-            AttemptEnd::TaskFailed(e) => AttemptEnd::Failed(fail_all(set, e).await),
+            AttemptEnd::TaskFailed(e) => {
+                let grace = spec.remote.as_ref().map(|_| REMOTE_ROOT_CAUSE_GRACE);
+                AttemptEnd::Failed(fail_all(set, e, grace).await)
+            }
             other => {
                 let mut set = set;
                 set.abort_all();
@@ -978,9 +981,31 @@ async fn sleep_until(deadline: Option<Instant>) {
 ///
 /// When several tasks fail, a root cause (user code) is reported in preference to the failures
 /// it caused (peers that lost a channel).
-async fn fail_all(mut set: JoinSet<Result<(), TaskError>>, first: TaskError) -> JobError {
-    set.abort_all();
+/// How long a job whose tasks run on task managers waits for a failure's root cause when the
+/// first failure to arrive is a consequence (a task that lost its peer): the root cause's report
+/// travels from another task manager and may be a few messages behind.
+const REMOTE_ROOT_CAUSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Stops every task and names the failure: the root cause among those that failed, in
+/// preference to its consequences. With `grace`, the tasks may first end on their own for that
+/// long while no root cause is known.
+async fn fail_all(
+    mut set: JoinSet<Result<(), TaskError>>,
+    first: TaskError,
+    grace: Option<Duration>,
+) -> JobError {
     let mut chosen = first;
+    if let Some(grace) = grace {
+        let deadline = Instant::now() + grace;
+        while !chosen.is_root_cause() {
+            match tokio::time::timeout_at(deadline, set.join_next()).await {
+                Ok(Some(Ok(Err(e)))) if e.is_root_cause() => chosen = e,
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+    }
+    set.abort_all();
     while let Some(joined) = set.join_next().await {
         if let Ok(Err(e)) = joined
             && !chosen.is_root_cause()
