@@ -43,7 +43,7 @@ pub struct TransportError(pub String);
 /// The sending end of one data-plane channel. A sender never sends without credit: `send`
 /// waits until the receiver granted room.
 pub trait ByteSender: Send {
-    /// Sends one encoded element.
+    /// Sends one frame: one encoded element or several, one after another.
     fn send(&mut self, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), TransportError>>;
     /// Closes the channel after its last element.
     fn close(self: Box<Self>) -> BoxFuture<'static, Result<(), TransportError>>;
@@ -51,7 +51,7 @@ pub trait ByteSender: Send {
 
 /// The receiving end of one data-plane channel.
 pub trait ByteReceiver: Send {
-    /// The next element, or `None` once the sender closed the channel.
+    /// The next frame, or `None` once the sender closed the channel.
     fn recv(&mut self) -> BoxFuture<'_, Result<Option<Vec<u8>>, TransportError>>;
 }
 

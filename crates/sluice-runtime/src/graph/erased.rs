@@ -256,6 +256,10 @@ pub(crate) trait OutputOps: Send + Sync {
     -> Result<Pump, JobError>;
 }
 
+/// How many bytes of encoded elements a send pump gathers into one data-plane frame at most
+/// (plus the last element's), when several are waiting.
+const REMOTE_FRAME_BYTES: usize = 64 * 1024;
+
 /// A future that moves one channel's elements across processes; it fails the task it serves.
 pub(crate) type Pump = BoxFuture<'static, Result<(), TaskError>>;
 
@@ -283,15 +287,27 @@ impl<T: Data> OutputOps for TypedOutput<T> {
         Ok(Box::pin(async move {
             let broken = |e: TransportError| TaskError::PeerGone(format!("{what}: {e}"));
             let mut out = out.await.map_err(broken)?;
-            // Each element is encoded into a buffer sized from the last one, so that the encoder
+            // Each frame is encoded into a buffer sized from the last one, so that the encoder
             // never grows (and copies) it on the way.
             let mut size_hint = 256;
+            let encode = |element: &StreamElement<T>, buf: &mut Vec<u8>| {
+                sluice_core::codec::encode_into(&ElementOut::of(element), buf).map_err(|e| {
+                    TaskError::Internal(format!("{what}: cannot encode a record: {e}"))
+                })?;
+                Ok::<_, TaskError>(matches!(element, StreamElement::EndOfInput))
+            };
             while let Some(element) = rx.recv().await {
-                let end = matches!(element, StreamElement::EndOfInput);
                 let mut buf = Vec::with_capacity(size_hint);
-                sluice_core::codec::encode_into(&ElementOut::of(&element), &mut buf).map_err(
-                    |e| TaskError::Internal(format!("{what}: cannot encode a record: {e}")),
-                )?;
+                let mut end = encode(&element, &mut buf)?;
+                // Elements already waiting join the frame, in order, up to a size: one frame,
+                // one credit and one trip through the connection for several batches when the
+                // network falls behind. Nothing waits for more to come.
+                while !end && buf.len() < REMOTE_FRAME_BYTES {
+                    match rx.try_recv() {
+                        Ok(next) => end = encode(&next, &mut buf)?,
+                        Err(_) => break,
+                    }
+                }
                 size_hint = size_hint.max(buf.len() + buf.len() / 8 + 64);
                 out.send(buf).await.map_err(broken)?;
                 if end {
@@ -319,16 +335,21 @@ impl<T: Data> OutputOps for TypedOutput<T> {
                         "{what}: the channel closed before the end of input"
                     )));
                 };
-                let element = sluice_core::codec::decode::<ElementIn<T>>(&bytes)
-                    .map_err(|e| e.to_string())
-                    .and_then(ElementIn::into_element)
-                    .map_err(|e| {
-                        TaskError::Internal(format!("{what}: undecodable element: {e}"))
-                    })?;
-                let end = matches!(element, StreamElement::EndOfInput);
-                if tx.send(element).await.is_err() || end {
-                    // The consumer is gone (it ended or was stopped), or nothing follows.
-                    return Ok(());
+                // A frame holds one element or more, one encoding after another.
+                let mut rest = &bytes[..];
+                while !rest.is_empty() {
+                    let (element, after) = sluice_core::codec::decode_first::<ElementIn<T>>(rest)
+                        .map_err(|e| e.to_string())
+                        .and_then(|(e, after)| Ok((e.into_element()?, after)))
+                        .map_err(|e| {
+                            TaskError::Internal(format!("{what}: undecodable element: {e}"))
+                        })?;
+                    rest = after;
+                    let end = matches!(element, StreamElement::EndOfInput);
+                    if tx.send(element).await.is_err() || end {
+                        // The consumer is gone (it ended or was stopped), or nothing follows.
+                        return Ok(());
+                    }
                 }
             }
         }))
@@ -482,5 +503,75 @@ impl<T: Data, P: Partitioner<T> + Clone> WriterFactory for CustomWriter<T, P> {
     }
     fn ship_strategy(&self) -> Option<&'static str> {
         Some(ship_strategy_of::<T, P>(&self.partitioner))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{ByteReceiver, ByteSender};
+    use sluice_core::Watermark;
+    use std::sync::{Arc, Mutex};
+
+    /// Records the frames a send pump writes, and replays them to a receive pump.
+    #[derive(Clone, Default)]
+    struct Frames(Arc<Mutex<Vec<Vec<u8>>>>);
+
+    impl ByteSender for Frames {
+        fn send(&mut self, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), TransportError>> {
+            self.0.lock().unwrap().push(bytes);
+            Box::pin(async { Ok(()) })
+        }
+        fn close(self: Box<Self>) -> BoxFuture<'static, Result<(), TransportError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    impl ByteReceiver for Frames {
+        fn recv(&mut self) -> BoxFuture<'_, Result<Option<Vec<u8>>, TransportError>> {
+            let mut frames = self.0.lock().unwrap();
+            let next = (!frames.is_empty()).then(|| frames.remove(0));
+            Box::pin(async move { Ok(next) })
+        }
+    }
+
+    fn elements() -> Vec<StreamElement<u64>> {
+        vec![
+            StreamElement::records(vec![1, 2, 3]),
+            StreamElement::Watermark(Watermark::new(10)),
+            StreamElement::records(vec![4]),
+            StreamElement::EndOfInput,
+        ]
+    }
+
+    #[tokio::test]
+    async fn waiting_elements_share_a_frame_and_arrive_in_order() {
+        let ops = TypedOutput::<u64>(PhantomData);
+        let (tx, rx) = channel::<u64>(8);
+        for e in elements() {
+            tx.send(e).await.unwrap();
+        }
+        let frames = Frames::default();
+        let sender: Box<dyn ByteSender> = Box::new(frames.clone());
+        let open: OpenSender = Box::pin(async move { Ok(sender) });
+        ops.send_pump(Box::new(rx), open, "test".into())
+            .unwrap()
+            .await
+            .unwrap();
+        // All four were waiting when the pump woke: one frame carries them.
+        assert_eq!(frames.0.lock().unwrap().len(), 1);
+
+        let (tx, mut rx) = channel::<u64>(8);
+        let receiver: Box<dyn ByteReceiver> = Box::new(frames.clone());
+        let open: OpenReceiver = Box::pin(async move { Ok(receiver) });
+        ops.receive_pump(open, Box::new(tx), "test".into())
+            .unwrap()
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            got.push(e);
+        }
+        assert_eq!(got, elements());
     }
 }
