@@ -11,8 +11,10 @@ use sluice_runtime::cluster::{
     TaskManagerSlots, TransportError, Worker,
 };
 use sluice_runtime::failover::RestartStrategy;
+use sluice_runtime::metrics::{HistogramSnapshot, MetricSource, MetricsReport};
 use sluice_runtime::prelude::*;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
@@ -43,12 +45,33 @@ fn build(
         .collect()
 }
 
-/// Per key: the running total, checkpointed, emitted at the end of input.
+/// Per key: the running total, checkpointed, emitted at the end of input. Publishes the
+/// records it summed and its batch sizes as a metric source (a counter and a histogram).
 #[derive(Clone, Default)]
-struct Totals(HashMap<u64, u64>);
+struct Totals(HashMap<u64, u64>, Arc<Summed>);
+
+#[derive(Default)]
+struct Summed {
+    records: AtomicU64,
+    batches: Mutex<Option<HistogramSnapshot>>,
+}
+
+impl MetricSource for Summed {
+    fn report(&self, out: &mut MetricsReport) {
+        out.counter("summed_records", self.records.load(Ordering::Relaxed));
+        if let Some(h) = self.batches.lock().unwrap().as_ref() {
+            out.histogram("summed_batch_size", h);
+        }
+    }
+}
 
 impl Operator<(u64, u64)> for Totals {
     type Out = (u64, u64);
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.1 = Arc::new(Summed::default());
+        ctx.metrics().register_source("totals", self.1.clone());
+        Ok(())
+    }
     fn snapshot_state(
         &mut self,
         _: CheckpointId,
@@ -72,6 +95,15 @@ impl Operator<(u64, u64)> for Totals {
         batch: Vec<(u64, u64)>,
         _: &mut Collector<(u64, u64)>,
     ) -> Result<(), UserError> {
+        self.1
+            .records
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.1
+            .batches
+            .lock()
+            .unwrap()
+            .get_or_insert_with(|| HistogramSnapshot::new(vec![1.0, 64.0, 1024.0]))
+            .observe(batch.len() as f64);
         for (k, n) in batch {
             *self.0.entry(k).or_insert(0) += n;
         }
@@ -310,6 +342,21 @@ async fn a_job_split_over_two_task_managers_gives_the_local_output() {
         result.metrics.operator("Source: Generator").records_out,
         RECORDS
     );
+    // ... and what the operators' metric sources report there: counters and histograms.
+    let summers: Vec<_> = result
+        .metrics
+        .subtasks
+        .iter()
+        .filter(|m| m.counters.contains_key("summed_records"))
+        .collect();
+    assert_eq!(summers.len(), 2, "{:?}", result.metrics);
+    let summed: u64 = summers.iter().map(|m| m.counters["summed_records"]).sum();
+    assert_eq!(summed, RECORDS);
+    let observed: u64 = summers
+        .iter()
+        .map(|m| m.histograms["summed_batch_size"].count())
+        .sum();
+    assert!(observed > 0, "{summers:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -174,6 +174,10 @@ pub struct RemoteMetrics {
     pub events_from_coordinator: u64,
     /// Operator-defined gauges.
     pub gauges: std::collections::BTreeMap<String, i64>,
+    /// Operator-defined counters (what its metric sources report).
+    pub counters: std::collections::BTreeMap<String, u64>,
+    /// Operator-defined histograms (what its metric sources report).
+    pub histograms: std::collections::BTreeMap<String, crate::metrics::HistogramSnapshot>,
 }
 
 impl RemoteMetrics {
@@ -188,6 +192,8 @@ impl RemoteMetrics {
             events_to_coordinator: m.events_to_coordinator,
             events_from_coordinator: m.events_from_coordinator,
             gauges: m.gauges.clone(),
+            counters: m.counters.clone(),
+            histograms: m.histograms.clone(),
         }
     }
 }

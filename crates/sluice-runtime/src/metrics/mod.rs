@@ -281,6 +281,9 @@ pub struct OperatorMetrics {
     events_from_coordinator: AtomicU64,
     gauges: Mutex<BTreeMap<String, i64>>,
     sources: Mutex<Sources>,
+    /// Counters and histograms a task manager last reported (cluster mode: on the job master's
+    /// copy of a subtask that runs elsewhere).
+    mirrored: Mutex<MetricsReport>,
 }
 
 impl OperatorMetrics {
@@ -366,6 +369,7 @@ impl OperatorMetrics {
             (live, s.retired.clone())
         };
         out.accumulate(&retired);
+        out.accumulate(&lock(&self.mirrored));
         for m in live {
             m.report(&mut out);
         }
@@ -385,6 +389,11 @@ impl OperatorMetrics {
         self.events_from_coordinator
             .store(m.events_from_coordinator, Ordering::Relaxed);
         *lock(&self.gauges) = m.gauges.clone();
+        *lock(&self.mirrored) = MetricsReport {
+            gauges: BTreeMap::new(),
+            counters: m.counters.clone(),
+            histograms: m.histograms.clone(),
+        };
     }
 
     /// Counts one event this subtask sent to its coordinator.
