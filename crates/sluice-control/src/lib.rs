@@ -47,6 +47,11 @@
 //! ```
 
 pub mod messages;
+
+/// The largest message either side sends or accepts: 256 MiB. A checkpoint acknowledgement
+/// carries its task's state and a deployment the state it restores, so messages far beyond
+/// gRPC's usual 4 MiB are expected; a larger one fails its call.
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 mod service;
 pub mod services;
 

@@ -103,7 +103,9 @@ where
     F: FnOnce(Request<Req>) -> BoxFuture<Result<Response<Resp>, Status>> + Send + 'static,
 {
     Box::pin(async move {
-        let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<Resp, Req>::default());
+        let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<Resp, Req>::default())
+            .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::MAX_MESSAGE_BYTES);
         Ok(grpc.unary(Once(Some(handle)), request).await)
     })
 }
@@ -287,7 +289,9 @@ macro_rules! control_service {
                 Ok($Client {
                     grpc: tonic::client::Grpc::new(
                         tonic::service::interceptor::InterceptedService::new(channel, token),
-                    ),
+                    )
+                    .max_decoding_message_size($crate::MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size($crate::MAX_MESSAGE_BYTES),
                 })
             }
 

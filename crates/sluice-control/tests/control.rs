@@ -142,6 +142,39 @@ async fn a_task_manager_registers_and_talks_under_the_masters_epoch() {
     assert_eq!(server.refused(), 0);
 }
 
+#[tokio::test]
+async fn messages_far_beyond_grpcs_usual_4_mib_cross() {
+    // A checkpoint acknowledgement carries its task's state inline: tens of MiB are normal.
+    let server = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        JobMasterServer::new(Master::default(), 3),
+        secret(),
+    )
+    .await
+    .unwrap();
+    let url = format!("http://{}", server.local_addr());
+    let mut client = JobMasterClient::new(&url, &secret()).unwrap();
+    let state = vec![7u8; 40 << 20];
+    client
+        .up(UpMessage {
+            fence: fence(3, 0),
+            task_manager: "tm-1".into(),
+            payload: state,
+        })
+        .await
+        .unwrap();
+    // Beyond the limit, the call fails (tonic resets the stream while encoding), not a hang.
+    let too_big = client
+        .up(UpMessage {
+            fence: fence(3, 0),
+            task_manager: "tm-1".into(),
+            payload: vec![0u8; sluice_control::MAX_MESSAGE_BYTES + 1],
+        })
+        .await
+        .unwrap_err();
+    assert_ne!(too_big.code(), Code::Ok, "{too_big}");
+}
+
 /// A task manager that counts what reached it.
 #[derive(Default)]
 struct Worker {

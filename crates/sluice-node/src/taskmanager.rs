@@ -225,6 +225,7 @@ async fn forward_up(mut up: mpsc::Receiver<Up>, mut client: JobMasterClient, nam
                 continue;
             }
         };
+        let size = payload.len();
         let sent = client
             .up(UpMessage {
                 fence: Some(FenceMsg {
@@ -235,9 +236,17 @@ async fn forward_up(mut up: mpsc::Receiver<Up>, mut client: JobMasterClient, nam
                 payload,
             })
             .await;
-        if let Err(e) = sent {
+        match sent {
+            Ok(_) => {}
             // The job master is gone or replaced; its successor redeploys from a checkpoint.
-            tracing::debug!(error = %e, "a message for the job master was dropped");
+            Err(e) if e.code() == tonic::Code::Unavailable => {
+                tracing::debug!(error = %e, "a message for the job master was dropped");
+            }
+            // Anything else (a message over the size limit, a refused fence) is worth seeing:
+            // a lost acknowledgement leaves its checkpoint to time out.
+            Err(e) => {
+                tracing::warn!(error = %e, bytes = size, "the job master did not take a message");
+            }
         }
     }
 }
