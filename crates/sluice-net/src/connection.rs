@@ -10,7 +10,7 @@
 //! reason, never hang.
 
 use crate::auth::{self, Role, Secret};
-use crate::credit::ReceiverWindow;
+use crate::credit::{ReceiverWindow, credits_for};
 use crate::frame::{ChannelId, Frame, Handshake, PROTOCOL_VERSION};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
@@ -74,8 +74,10 @@ pub enum NetError {
 pub struct NetConfig {
     /// The secret every peer of the cluster shares.
     pub secret: Secret,
-    /// Buffers a receiver grants per channel (the most frames of one channel ever queued at
-    /// it).
+    /// Credits a receiver grants per channel, each for
+    /// [`CREDIT_BYTES`](crate::credit::CREDIT_BYTES) of buffer (what one channel's queued
+    /// frames may cost at most; at least
+    /// [`MAX_FRAME_CREDITS`](crate::credit::MAX_FRAME_CREDITS); see [`credit`](crate::credit)).
     pub window: u32,
     /// The longest frame accepted, in bytes.
     pub max_frame: usize,
@@ -84,11 +86,12 @@ pub struct NetConfig {
 }
 
 impl NetConfig {
-    /// Defaults: a window of 16 buffers, frames up to 64 MiB, 10 s for a handshake.
+    /// Defaults: a window of 256 credits (1 MiB per channel), frames up to 64 MiB, 10 s for a
+    /// handshake.
     pub fn new(secret: Secret) -> Self {
         NetConfig {
             secret,
-            window: 16,
+            window: 256,
             max_frame: 64 << 20,
             handshake_timeout: Duration::from_secs(10),
         }
@@ -408,19 +411,19 @@ impl Shared {
                     .get(&channel)
                     .ok_or_else(|| format!("data for channel {channel}, which is not open"))?;
                 lock(&inbound.window)
-                    .on_data()
+                    .on_data(payload.len())
                     .map_err(|e| format!("channel {channel}: {e}"))?;
                 // The window bounds the queue, so this never finds it full; a receiver that
                 // was dropped just discards the rest of its channel.
                 let _ = inbound.queue.try_send(payload);
             }
-            Frame::Credit { channel, buffers } => {
+            Frame::Credit { channel, credits } => {
                 let credit = state
                     .credits
                     .entry(channel)
                     .or_insert_with(|| Arc::new(Semaphore::new(0)));
                 let room = Semaphore::MAX_PERMITS.saturating_sub(credit.available_permits());
-                credit.add_permits((buffers as usize).min(room));
+                credit.add_permits((credits as usize).min(room));
             }
             Frame::Close { channel } => {
                 state.inbound.remove(&channel);
@@ -452,7 +455,7 @@ impl Connection {
         let (out, mut outgoing) = mpsc::channel::<Frame>(OUTGOING_FRAMES);
         let shared = Arc::new(Shared {
             peer,
-            window: window.max(1),
+            window: window.max(crate::credit::MAX_FRAME_CREDITS),
             out,
             state: Mutex::new(State::default()),
         });
@@ -522,6 +525,7 @@ impl Connection {
             credit: self.shared.credit(channel),
             shared: self.shared.clone(),
             sent: 0,
+            held: 0,
         }
     }
 
@@ -554,7 +558,7 @@ impl Connection {
             .out
             .send(Frame::Credit {
                 channel,
-                buffers: initial,
+                credits: initial,
             })
             .await
             .map_err(|_| self.shared.closed())?;
@@ -574,17 +578,43 @@ pub struct ChannelSender {
     credit: Arc<Semaphore>,
     shared: Arc<Shared>,
     sent: u64,
+    /// Credits taken by [`ready`](Self::ready) and not yet spent.
+    held: u32,
 }
 
 impl ChannelSender {
-    /// Sends one buffer, waiting for credit first: a sender never sends without it.
-    pub async fn send(&mut self, payload: Vec<u8>) -> Result<(), NetError> {
+    /// Waits until this sender holds a credit, and keeps it for the next [`send`](Self::send).
+    /// Cancel-safe: dropped before it completes, it takes no credit. A caller can gather more
+    /// into its next buffer while it waits (a fuller buffer under backpressure, a prompt one
+    /// without).
+    pub async fn ready(&mut self) -> Result<(), NetError> {
+        if self.held == 0 {
+            self.take(1).await?;
+        }
+        Ok(())
+    }
+
+    /// Takes `credits` more and holds them.
+    async fn take(&mut self, credits: u32) -> Result<(), NetError> {
         let permit = self
             .credit
-            .acquire()
+            .acquire_many(credits)
             .await
             .map_err(|_| self.shared.closed())?;
         permit.forget();
+        self.held += credits;
+        Ok(())
+    }
+
+    /// Sends one buffer, waiting for its credits first ([`credits_for`] its length): a sender
+    /// never sends without them.
+    pub async fn send(&mut self, payload: Vec<u8>) -> Result<(), NetError> {
+        let cost = credits_for(payload.len());
+        if self.held < cost {
+            self.take(cost - self.held).await?;
+        }
+        // Credits held beyond the cost (none today: `ready` takes one) stay for the next.
+        self.held -= cost;
         self.shared
             .out
             .send(Frame::Data {
@@ -613,9 +643,10 @@ impl ChannelSender {
         self.sent
     }
 
-    /// Credit held now (buffers it may send without waiting).
+    /// Credit held now (what it may send without waiting, in credits of
+    /// [`CREDIT_BYTES`](crate::credit::CREDIT_BYTES)).
     pub fn credit(&self) -> usize {
-        self.credit.available_permits()
+        self.credit.available_permits() + self.held as usize
     }
 }
 
@@ -634,13 +665,13 @@ impl ChannelReceiver {
     pub async fn recv(&mut self) -> Result<Option<Vec<u8>>, NetError> {
         match self.queue.recv().await {
             Some(payload) => {
-                let credit = lock(&self.window).on_consumed();
-                if let Some(buffers) = credit {
+                let credit = lock(&self.window).on_consumed(payload.len());
+                if let Some(credits) = credit {
                     self.shared
                         .out
                         .send(Frame::Credit {
                             channel: self.channel,
-                            buffers,
+                            credits,
                         })
                         .await
                         .map_err(|_| self.shared.closed())?;
@@ -652,12 +683,12 @@ impl ChannelReceiver {
         }
     }
 
-    /// Buffers queued now, received but not taken.
+    /// Credits the frames queued now hold, received but not taken.
     pub fn queued(&self) -> u32 {
         lock(&self.window).queued()
     }
 
-    /// The most buffers ever queued at once: never above the window, however slow the
+    /// The most credits ever queued at once: never above the window, however slow the
     /// consumer.
     pub fn max_queued(&self) -> u32 {
         lock(&self.window).max_queued()

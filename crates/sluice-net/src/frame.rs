@@ -44,20 +44,20 @@ pub enum Handshake {
 /// A frame of an open connection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Frame {
-    /// One buffer of a channel (an encoded batch, barrier or watermark: opaque here), sent with
-    /// one credit.
+    /// One buffer of a channel (encoded batches, barriers and watermarks: opaque here), sent
+    /// with the credits its length costs ([`credits_for`](crate::credit::credits_for)).
     Data {
         /// The channel.
         channel: ChannelId,
         /// The buffer.
         payload: Vec<u8>,
     },
-    /// The receiver of `channel` frees `buffers` more buffers for its sender.
+    /// The receiver of `channel` grants its sender `credits` more credits.
     Credit {
         /// The channel.
         channel: ChannelId,
         /// How many.
-        buffers: u32,
+        credits: u32,
     },
     /// The sender of `channel` sends nothing more on it.
     Close {

@@ -30,7 +30,7 @@ fn message(channel: u64, i: u64) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn channels_both_ways_keep_their_order() {
-    let (server, client) = pair(4).await;
+    let (server, client) = pair(16).await;
     let (server, client) = (Arc::new(server), Arc::new(client));
     const N: u64 = 2_000;
     let mut tasks = Vec::new();
@@ -55,7 +55,7 @@ async fn channels_both_ways_keep_their_order() {
                 assert_eq!(rx.recv().await.unwrap(), Some(message(channel, i)));
             }
             assert_eq!(rx.recv().await.unwrap(), None);
-            assert!(rx.max_queued() <= 4);
+            assert!(rx.max_queued() <= 16);
         }));
     }
     for t in tasks {
@@ -65,7 +65,8 @@ async fn channels_both_ways_keep_their_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_consumer_holds_at_most_its_window() {
-    const WINDOW: u32 = 8;
+    // The smallest window (`MAX_FRAME_CREDITS`); each small message costs one credit.
+    const WINDOW: u32 = 16;
     const N: u64 = 1_000;
     let (server, client) = pair(WINDOW).await;
     let mut rx = server.receiver(1).await.unwrap();
@@ -111,6 +112,36 @@ async fn a_slow_consumer_holds_at_most_its_window() {
         most_in_flight <= u64::from(WINDOW) + 1,
         "{most_in_flight} buffers in flight with a window of {WINDOW}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_counts_bytes_not_frames() {
+    // 32 credits of 4 KiB: 32 small frames, or 4 frames of 32 KiB, or 2 of any larger size.
+    let (server, client) = pair(32).await;
+    let mut rx = server.receiver(5).await.unwrap();
+    let mut tx = client.sender(5);
+    let frame = vec![7u8; 8 * sluice_net::credit::CREDIT_BYTES];
+    tx.ready().await.unwrap();
+    for _ in 0..4 {
+        tx.send(frame.clone()).await.unwrap();
+    }
+    assert_eq!(tx.credit(), 0);
+    // Taking two frames frees half the window, which goes back at once.
+    let mut got = 0;
+    while got < 2 {
+        assert_eq!(rx.recv().await.unwrap().unwrap().len(), frame.len());
+        got += 1;
+    }
+    assert!(rx.max_queued() <= 32, "{}", rx.max_queued());
+    // A frame larger than the most a frame costs still goes once enough credit is back.
+    tx.send(vec![1u8; 1 << 20]).await.unwrap();
+    tx.close().await.unwrap();
+    let mut sizes = Vec::new();
+    while let Some(m) = rx.recv().await.unwrap() {
+        sizes.push(m.len());
+    }
+    assert_eq!(sizes, vec![frame.len(), frame.len(), 1 << 20]);
+    assert!(rx.max_queued() <= 32, "{}", rx.max_queued());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -83,6 +83,26 @@ pub struct NodeConfig {
     pub heartbeat_timeout: Duration,
     /// How long the job master waits for enough slots before failing a deployment.
     pub slot_wait: Duration,
+    /// KiB of buffer a task manager's receiver grants each incoming data channel: the most of
+    /// one channel's frames in flight or queued at once (Flink's buffers per channel).
+    pub data_window_kib: u32,
+}
+
+/// KiB per incoming data channel unless `SLUICE_DATA_WINDOW_KIB` says otherwise.
+pub const DEFAULT_DATA_WINDOW_KIB: u32 = 1024;
+
+/// The smallest window: what the largest frame may cost (see `sluice_net::credit`).
+pub const MIN_DATA_WINDOW_KIB: u32 = 64;
+
+/// The largest window accepted.
+pub const MAX_DATA_WINDOW_KIB: u32 = 256 * 1024;
+
+impl NodeConfig {
+    /// The data window in credits of `sluice_net::credit::CREDIT_BYTES`.
+    pub(crate) fn data_window_credits(&self) -> u32 {
+        let bytes = u64::from(self.data_window_kib) * 1024;
+        u32::try_from(bytes / sluice_net::credit::CREDIT_BYTES as u64).unwrap_or(u32::MAX)
+    }
 }
 
 fn parse<T: std::str::FromStr>(variable: &'static str, value: String) -> Result<T, ConfigError>
@@ -220,6 +240,19 @@ impl NodeConfig {
             Some(v) => millis("SLUICE_SLOT_WAIT_MS", v)?,
             None => Duration::from_secs(120),
         };
+        let data_window_kib: u32 = match lookup("SLUICE_DATA_WINDOW_KIB") {
+            Some(v) => parse("SLUICE_DATA_WINDOW_KIB", v)?,
+            None => DEFAULT_DATA_WINDOW_KIB,
+        };
+        if !(MIN_DATA_WINDOW_KIB..=MAX_DATA_WINDOW_KIB).contains(&data_window_kib) {
+            return Err(ConfigError::Invalid {
+                variable: "SLUICE_DATA_WINDOW_KIB",
+                value: data_window_kib.to_string(),
+                reason: format!(
+                    "KiB per channel must be between {MIN_DATA_WINDOW_KIB} and {MAX_DATA_WINDOW_KIB}"
+                ),
+            });
+        }
         let task_manager_id = lookup("SLUICE_TASK_MANAGER_ID").unwrap_or_else(|| {
             let host = lookup("HOSTNAME").unwrap_or_else(|| "tm".into());
             format!("{host}-{}", std::process::id())
@@ -237,6 +270,7 @@ impl NodeConfig {
             heartbeat_interval,
             heartbeat_timeout,
             slot_wait,
+            data_window_kib,
         })
     }
 
@@ -298,5 +332,26 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(e.to_string().contains("SLUICE_JOBMANAGER"), "{e}");
+    }
+
+    #[test]
+    fn the_data_window_is_read_and_bounded() {
+        let tm = |window: Option<&'static str>| {
+            let mut pairs = vec![
+                ("SLUICE_MODE", "taskmanager"),
+                ("SLUICE_SECRET", "0123456789abcdef0123"),
+                ("SLUICE_JOBMANAGER", "127.0.0.1:6123"),
+            ];
+            pairs.extend(window.map(|w| ("SLUICE_DATA_WINDOW_KIB", w)));
+            NodeConfig::from_lookup(lookup(&pairs))
+        };
+        let default = tm(None).unwrap();
+        assert_eq!(default.data_window_kib, DEFAULT_DATA_WINDOW_KIB);
+        assert_eq!(default.data_window_credits(), 256);
+        assert_eq!(tm(Some("64")).unwrap().data_window_credits(), 16);
+        for bad in ["0", "63", "262145", "many"] {
+            let e = tm(Some(bad)).unwrap_err();
+            assert!(e.to_string().contains("SLUICE_DATA_WINDOW_KIB"), "{e}");
+        }
     }
 }

@@ -27,6 +27,7 @@
 //! | `SLUICE_HEALTH_ADDR` | where `/healthz` and `/readyz` are served | off |
 //! | `SLUICE_HEARTBEAT_INTERVAL_MS`, `SLUICE_HEARTBEAT_TIMEOUT_MS` | heartbeats | 500, 5000 |
 //! | `SLUICE_SLOT_WAIT_MS` | how long the job master waits for enough slots | 120000 |
+//! | `SLUICE_DATA_WINDOW_KIB` | buffer a task manager grants each incoming data channel, in KiB (64 to 262144) | 1024 |
 //!
 //! ```no_run
 //! use sluice_runtime::prelude::*;

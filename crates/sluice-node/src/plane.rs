@@ -179,6 +179,14 @@ struct NetSender(ChannelSender);
 struct NetReceiver(ChannelReceiver);
 
 impl ByteSender for NetSender {
+    fn ready(&mut self) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            self.0
+                .ready()
+                .await
+                .map_err(|e| TransportError(e.to_string()))
+        })
+    }
     fn send(&mut self, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), TransportError>> {
         Box::pin(async move {
             self.0

@@ -90,9 +90,13 @@ pub(crate) async fn run(
         .clone()
         .ok_or_else(|| NodeError::Setup("a task manager needs SLUICE_JOBMANAGER".into()))?;
     let name = config.task_manager_id.clone();
-    let plane = NetDataPlane::bind(&name, config.data_addr, NetConfig::new(secret.clone()))
-        .await
-        .map_err(|e| NodeError::Setup(format!("data plane on {}: {e}", config.data_addr)))?;
+    let plane = NetDataPlane::bind(&name, config.data_addr, {
+        let mut net = NetConfig::new(secret.clone());
+        net.window = config.data_window_credits();
+        net
+    })
+    .await
+    .map_err(|e| NodeError::Setup(format!("data plane on {}: {e}", config.data_addr)))?;
     let (up_tx, up_rx) = Worker::up_channel();
     let worker = Worker::new(job, Arc::new(SharedPlane(plane.clone())), up_tx);
     let epoch = Arc::new(AtomicU64::new(0));

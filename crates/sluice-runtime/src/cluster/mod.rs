@@ -43,6 +43,11 @@ pub struct TransportError(pub String);
 /// The sending end of one data-plane channel. A sender never sends without credit: `send`
 /// waits until the receiver granted room.
 pub trait ByteSender: Send {
+    /// Completes once a frame may be sent without waiting (the sender holds a credit for it).
+    /// Must be cancel-safe. The default is always ready: `send` does all the waiting.
+    fn ready(&mut self) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async { Ok(()) })
+    }
     /// Sends one frame: one encoded element or several, one after another.
     fn send(&mut self, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), TransportError>>;
     /// Closes the channel after its last element.

@@ -257,8 +257,9 @@ pub(crate) trait OutputOps: Send + Sync {
 }
 
 /// How many bytes of encoded elements a send pump gathers into one data-plane frame at most
-/// (plus the last element's), when several are waiting.
-const REMOTE_FRAME_BYTES: usize = 64 * 1024;
+/// (plus the last element's), when several are waiting or credit is short. A receiver's
+/// window of W buffers holds at most W such frames per channel.
+const REMOTE_FRAME_BYTES: usize = 32 * 1024;
 
 /// A future that moves one channel's elements across processes; it fails the task it serves.
 pub(crate) type Pump = BoxFuture<'static, Result<(), TaskError>>;
@@ -299,13 +300,32 @@ impl<T: Data> OutputOps for TypedOutput<T> {
             while let Some(element) = rx.recv().await {
                 let mut buf = Vec::with_capacity(size_hint);
                 let mut end = encode(&element, &mut buf)?;
-                // Elements already waiting join the frame, in order, up to a size: one frame,
-                // one credit and one trip through the connection for several batches when the
-                // network falls behind. Nothing waits for more to come.
+                // Elements already waiting join the frame, in order, up to a size.
                 while !end && buf.len() < REMOTE_FRAME_BYTES {
                     match rx.try_recv() {
                         Ok(next) => end = encode(&next, &mut buf)?,
                         Err(_) => break,
+                    }
+                }
+                // Without credit, the frame keeps gathering what arrives until credit comes or
+                // it is full: under backpressure frames grow (one credit and one trip through
+                // the connection for many batches, and the producer keeps running while the
+                // receiver catches up); with credit, nothing waits.
+                if !end && buf.len() < REMOTE_FRAME_BYTES {
+                    let mut ready = out.ready();
+                    while !end && buf.len() < REMOTE_FRAME_BYTES {
+                        tokio::select! {
+                            biased;
+                            r = &mut ready => {
+                                r.map_err(broken)?;
+                                break;
+                            }
+                            next = rx.recv() => match next {
+                                Some(next) => end = encode(&next, &mut buf)?,
+                                // The producer stopped without ending its input; see below.
+                                None => return Ok(()),
+                            },
+                        }
                     }
                 }
                 size_hint = size_hint.max(buf.len() + buf.len() / 8 + 64);
@@ -535,6 +555,39 @@ mod tests {
         }
     }
 
+    /// A sender with real credit: `ready` and `send` wait for a permit of `credit`, and
+    /// `waiting` is told each time `ready` starts to wait.
+    struct Gated {
+        frames: Frames,
+        credit: Arc<tokio::sync::Semaphore>,
+        waiting: Arc<tokio::sync::Notify>,
+        held: bool,
+    }
+
+    impl ByteSender for Gated {
+        fn ready(&mut self) -> BoxFuture<'_, Result<(), TransportError>> {
+            Box::pin(async move {
+                if !self.held {
+                    self.waiting.notify_one();
+                    self.credit.acquire().await.unwrap().forget();
+                    self.held = true;
+                }
+                Ok(())
+            })
+        }
+        fn send(&mut self, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), TransportError>> {
+            Box::pin(async move {
+                self.ready().await?;
+                self.held = false;
+                self.frames.0.lock().unwrap().push(bytes);
+                Ok(())
+            })
+        }
+        fn close(self: Box<Self>) -> BoxFuture<'static, Result<(), TransportError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
     fn elements() -> Vec<StreamElement<u64>> {
         vec![
             StreamElement::records(vec![1, 2, 3]),
@@ -559,6 +612,54 @@ mod tests {
             .await
             .unwrap();
         // All four were waiting when the pump woke: one frame carries them.
+        assert_eq!(frames.0.lock().unwrap().len(), 1);
+
+        let (tx, mut rx) = channel::<u64>(8);
+        let receiver: Box<dyn ByteReceiver> = Box::new(frames.clone());
+        let open: OpenReceiver = Box::pin(async move { Ok(receiver) });
+        ops.receive_pump(open, Box::new(tx), "test".into())
+            .unwrap()
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            got.push(e);
+        }
+        assert_eq!(got, elements());
+    }
+
+    #[tokio::test]
+    async fn a_frame_waiting_for_credit_gathers_what_arrives_meanwhile() {
+        let ops = TypedOutput::<u64>(PhantomData);
+        let (tx, rx) = channel::<u64>(8);
+        let frames = Frames::default();
+        let credit = Arc::new(tokio::sync::Semaphore::new(0));
+        let waiting = Arc::new(tokio::sync::Notify::new());
+        let sender: Box<dyn ByteSender> = Box::new(Gated {
+            frames: frames.clone(),
+            credit: credit.clone(),
+            waiting: waiting.clone(),
+            held: false,
+        });
+        let open: OpenSender = Box::pin(async move { Ok(sender) });
+        let pump = tokio::spawn(ops.send_pump(Box::new(rx), open, "test".into()).unwrap());
+        let mut sent = elements().into_iter();
+        tx.send(sent.next().unwrap()).await.unwrap();
+        // The pump holds the first batch and waits for credit; the rest arrives meanwhile.
+        waiting.notified().await;
+        for e in sent {
+            tx.send(e).await.unwrap();
+        }
+        // Let the pump take them all (it runs whenever this test yields; a pump that does not
+        // gather while it waits never will), then grant credit.
+        for _ in 0..1_000 {
+            if tx.capacity() == tx.max_capacity() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        credit.add_permits(10);
+        pump.await.unwrap().unwrap();
         assert_eq!(frames.0.lock().unwrap().len(), 1);
 
         let (tx, mut rx) = channel::<u64>(8);
