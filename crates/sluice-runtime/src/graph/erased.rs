@@ -675,4 +675,108 @@ mod tests {
         }
         assert_eq!(got, elements());
     }
+
+    /// What a test does next to a running send pump.
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// The producer sends a batch of this many records (or a watermark for 0).
+        Produce(usize),
+        /// The receiver grants this many credits.
+        Grant(usize),
+        /// Let the pump run.
+        Yield,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0usize..3_000).prop_map(Step::Produce),
+            2 => (1usize..4).prop_map(Step::Grant),
+            2 => Just(Step::Yield),
+        ]
+    }
+
+    proptest::proptest! {
+        /// However the producer's elements and the receiver's credit interleave, the frames
+        /// carry every element once, in order, each frame within its size bound, and never
+        /// more frames than credits granted.
+        #[test]
+        fn frames_keep_every_element_in_order_under_any_credit(
+            steps in proptest::collection::vec(step(), 1..60),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            rt.block_on(async move {
+                let ops = TypedOutput::<u64>(PhantomData);
+                let (tx, rx) = channel::<u64>(4);
+                let frames = Frames::default();
+                let credit = Arc::new(tokio::sync::Semaphore::new(0));
+                let sender: Box<dyn ByteSender> = Box::new(Gated {
+                    frames: frames.clone(),
+                    credit: credit.clone(),
+                    waiting: Arc::new(tokio::sync::Notify::new()),
+                    held: false,
+                });
+                let open: OpenSender = Box::pin(async move { Ok(sender) });
+                let pump = tokio::spawn(ops.send_pump(Box::new(rx), open, "test".into()).unwrap());
+                let mut sent = Vec::new();
+                let mut next = 0u64;
+                let mut granted = 0;
+                for step in steps {
+                    match step {
+                        Step::Produce(0) => {
+                            let w = StreamElement::Watermark(Watermark::new(next as i64));
+                            sent.push(w.clone());
+                            // A full channel means the pump waits for credit: grant one.
+                            while tx.try_send(w.clone()).is_err() {
+                                credit.add_permits(1);
+                                granted += 1;
+                                tokio::task::yield_now().await;
+                            }
+                        }
+                        Step::Produce(n) => {
+                            let e = StreamElement::records((next..next + n as u64).collect());
+                            next += n as u64;
+                            sent.push(e.clone());
+                            while tx.try_send(e.clone()).is_err() {
+                                credit.add_permits(1);
+                                granted += 1;
+                                tokio::task::yield_now().await;
+                            }
+                        }
+                        Step::Grant(n) => {
+                            credit.add_permits(n);
+                            granted += n;
+                        }
+                        Step::Yield => tokio::task::yield_now().await,
+                    }
+                }
+                sent.push(StreamElement::EndOfInput);
+                while tx.try_send(StreamElement::EndOfInput).is_err() {
+                    tokio::task::yield_now().await;
+                }
+                credit.add_permits(1_000);
+                granted += 1_000;
+                pump.await.unwrap().unwrap();
+
+                let all = frames.0.lock().unwrap().clone();
+                assert!(all.len() <= granted);
+                // A batch of 3,000 records encodes to at most ~9 KiB.
+                for f in &all {
+                    assert!(f.len() <= REMOTE_FRAME_BYTES + 16 * 1024, "{}", f.len());
+                }
+                let (back_tx, mut back_rx) = channel::<u64>(sent.len() + 1);
+                let receiver: Box<dyn ByteReceiver> = Box::new(frames.clone());
+                let open: OpenReceiver = Box::pin(async move { Ok(receiver) });
+                ops.receive_pump(open, Box::new(back_tx), "test".into())
+                    .unwrap()
+                    .await
+                    .unwrap();
+                let mut got = Vec::new();
+                while let Ok(e) = back_rx.try_recv() {
+                    got.push(e);
+                }
+                assert_eq!(got, sent);
+            });
+        }
+    }
 }
