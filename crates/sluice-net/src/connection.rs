@@ -465,21 +465,16 @@ impl Connection {
             // Frames already queued are written together and flushed once: one system call for
             // a burst of frames, not one each.
             while let Some(first) = outgoing.recv().await {
-                let mut frame = Some(first);
-                let mut sent = Ok(());
-                while let Some(f) = frame.take() {
-                    sent = match encode_frame(&f) {
-                        Ok(bytes) => sink.feed(bytes).await.map_err(|e| e.to_string()),
-                        Err(e) => Err(e),
-                    };
-                    if sent.is_err() {
-                        break;
+                let sent = async {
+                    let mut next = Some(first);
+                    while let Some(frame) = next {
+                        let bytes = encode_frame(&frame)?;
+                        sink.feed(bytes).await.map_err(|e| e.to_string())?;
+                        next = outgoing.try_recv().ok();
                     }
-                    frame = outgoing.try_recv().ok();
+                    sink.flush().await.map_err(|e| e.to_string())
                 }
-                if sent.is_ok() {
-                    sent = sink.flush().await.map_err(|e| e.to_string());
-                }
+                .await;
                 if let Err(e) = sent {
                     writer_shared.fail(format!("writing failed: {e}"));
                     return;

@@ -977,18 +977,14 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Aborts every task after `first` failed and reports the root cause.
-///
-/// When several tasks fail, a root cause (user code) is reported in preference to the failures
-/// it caused (peers that lost a channel).
 /// How long a job whose tasks run on task managers waits for a failure's root cause when the
 /// first failure to arrive is a consequence (a task that lost its peer): the root cause's report
 /// travels from another task manager and may be a few messages behind.
 const REMOTE_ROOT_CAUSE_GRACE: Duration = Duration::from_secs(1);
 
-/// Stops every task and names the failure: the root cause among those that failed, in
-/// preference to its consequences. With `grace`, the tasks may first end on their own for that
-/// long while no root cause is known.
+/// Stops every task after `first` failed and names the failure: a root cause (user code) among
+/// those that failed, in preference to the failures it caused (peers that lost a channel). With
+/// `grace`, the tasks may first end on their own for that long while no root cause is known.
 async fn fail_all(
     mut set: JoinSet<Result<(), TaskError>>,
     first: TaskError,
