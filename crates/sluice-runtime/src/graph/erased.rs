@@ -300,34 +300,27 @@ impl<T: Data> OutputOps for TypedOutput<T> {
             while let Some(element) = rx.recv().await {
                 let mut buf = Vec::with_capacity(size_hint);
                 let mut end = encode(&element, &mut buf)?;
-                // Elements already waiting join the frame, in order, up to a size.
+                // Elements already waiting join the frame, in order, up to a size; and without
+                // credit the frame keeps gathering what arrives until credit comes or it is
+                // full: under backpressure frames grow (one credit and one trip through the
+                // connection for many batches, and the producer keeps running while the
+                // receiver catches up); with credit and nothing waiting, it goes at once.
+                let mut ready = out.ready();
                 while !end && buf.len() < REMOTE_FRAME_BYTES {
-                    match rx.try_recv() {
-                        Ok(next) => end = encode(&next, &mut buf)?,
-                        Err(_) => break,
-                    }
-                }
-                // Without credit, the frame keeps gathering what arrives until credit comes or
-                // it is full: under backpressure frames grow (one credit and one trip through
-                // the connection for many batches, and the producer keeps running while the
-                // receiver catches up); with credit, nothing waits.
-                if !end && buf.len() < REMOTE_FRAME_BYTES {
-                    let mut ready = out.ready();
-                    while !end && buf.len() < REMOTE_FRAME_BYTES {
-                        tokio::select! {
-                            biased;
-                            r = &mut ready => {
-                                r.map_err(broken)?;
-                                break;
-                            }
-                            next = rx.recv() => match next {
-                                Some(next) => end = encode(&next, &mut buf)?,
-                                // The producer stopped without ending its input; see below.
-                                None => return Ok(()),
-                            },
+                    tokio::select! {
+                        biased;
+                        next = rx.recv() => match next {
+                            Some(next) => end = encode(&next, &mut buf)?,
+                            // The producer stopped without ending its input; see below.
+                            None => return Ok(()),
+                        },
+                        r = &mut ready => {
+                            r.map_err(broken)?;
+                            break;
                         }
                     }
                 }
+                drop(ready);
                 size_hint = size_hint.max(buf.len() + buf.len() / 8 + 64);
                 out.send(buf).await.map_err(broken)?;
                 if end {
@@ -597,6 +590,45 @@ mod tests {
         ]
     }
 
+    /// A send pump's opening of a [`Gated`] sender into `frames`, its credit, and the
+    /// notification of its waits.
+    fn gated(
+        frames: &Frames,
+    ) -> (
+        OpenSender,
+        Arc<tokio::sync::Semaphore>,
+        Arc<tokio::sync::Notify>,
+    ) {
+        let credit = Arc::new(tokio::sync::Semaphore::new(0));
+        let waiting = Arc::new(tokio::sync::Notify::new());
+        let sender: Box<dyn ByteSender> = Box::new(Gated {
+            frames: frames.clone(),
+            credit: credit.clone(),
+            waiting: waiting.clone(),
+            held: false,
+        });
+        (Box::pin(async move { Ok(sender) }), credit, waiting)
+    }
+
+    /// What a receive pump makes of `frames`.
+    async fn replay(frames: &Frames) -> Vec<StreamElement<u64>> {
+        // Room for every element: each takes at least one byte of a frame.
+        let bytes: usize = frames.0.lock().unwrap().iter().map(Vec::len).sum();
+        let (tx, mut rx) = channel::<u64>(bytes + 1);
+        let receiver: Box<dyn ByteReceiver> = Box::new(frames.clone());
+        let open: OpenReceiver = Box::pin(async move { Ok(receiver) });
+        TypedOutput::<u64>(PhantomData)
+            .receive_pump(open, Box::new(tx), "test".into())
+            .unwrap()
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            got.push(e);
+        }
+        got
+    }
+
     #[tokio::test]
     async fn waiting_elements_share_a_frame_and_arrive_in_order() {
         let ops = TypedOutput::<u64>(PhantomData);
@@ -613,19 +645,7 @@ mod tests {
             .unwrap();
         // All four were waiting when the pump woke: one frame carries them.
         assert_eq!(frames.0.lock().unwrap().len(), 1);
-
-        let (tx, mut rx) = channel::<u64>(8);
-        let receiver: Box<dyn ByteReceiver> = Box::new(frames.clone());
-        let open: OpenReceiver = Box::pin(async move { Ok(receiver) });
-        ops.receive_pump(open, Box::new(tx), "test".into())
-            .unwrap()
-            .await
-            .unwrap();
-        let mut got = Vec::new();
-        while let Ok(e) = rx.try_recv() {
-            got.push(e);
-        }
-        assert_eq!(got, elements());
+        assert_eq!(replay(&frames).await, elements());
     }
 
     #[tokio::test]
@@ -633,15 +653,7 @@ mod tests {
         let ops = TypedOutput::<u64>(PhantomData);
         let (tx, rx) = channel::<u64>(8);
         let frames = Frames::default();
-        let credit = Arc::new(tokio::sync::Semaphore::new(0));
-        let waiting = Arc::new(tokio::sync::Notify::new());
-        let sender: Box<dyn ByteSender> = Box::new(Gated {
-            frames: frames.clone(),
-            credit: credit.clone(),
-            waiting: waiting.clone(),
-            held: false,
-        });
-        let open: OpenSender = Box::pin(async move { Ok(sender) });
+        let (open, credit, waiting) = gated(&frames);
         let pump = tokio::spawn(ops.send_pump(Box::new(rx), open, "test".into()).unwrap());
         let mut sent = elements().into_iter();
         tx.send(sent.next().unwrap()).await.unwrap();
@@ -661,19 +673,7 @@ mod tests {
         credit.add_permits(10);
         pump.await.unwrap().unwrap();
         assert_eq!(frames.0.lock().unwrap().len(), 1);
-
-        let (tx, mut rx) = channel::<u64>(8);
-        let receiver: Box<dyn ByteReceiver> = Box::new(frames.clone());
-        let open: OpenReceiver = Box::pin(async move { Ok(receiver) });
-        ops.receive_pump(open, Box::new(tx), "test".into())
-            .unwrap()
-            .await
-            .unwrap();
-        let mut got = Vec::new();
-        while let Ok(e) = rx.try_recv() {
-            got.push(e);
-        }
-        assert_eq!(got, elements());
+        assert_eq!(replay(&frames).await, elements());
     }
 
     /// What a test does next to a running send pump.
@@ -709,34 +709,22 @@ mod tests {
                 let ops = TypedOutput::<u64>(PhantomData);
                 let (tx, rx) = channel::<u64>(4);
                 let frames = Frames::default();
-                let credit = Arc::new(tokio::sync::Semaphore::new(0));
-                let sender: Box<dyn ByteSender> = Box::new(Gated {
-                    frames: frames.clone(),
-                    credit: credit.clone(),
-                    waiting: Arc::new(tokio::sync::Notify::new()),
-                    held: false,
-                });
-                let open: OpenSender = Box::pin(async move { Ok(sender) });
+                let (open, credit, _) = gated(&frames);
                 let pump = tokio::spawn(ops.send_pump(Box::new(rx), open, "test".into()).unwrap());
                 let mut sent = Vec::new();
                 let mut next = 0u64;
                 let mut granted = 0;
                 for step in steps {
                     match step {
-                        Step::Produce(0) => {
-                            let w = StreamElement::Watermark(Watermark::new(next as i64));
-                            sent.push(w.clone());
-                            // A full channel means the pump waits for credit: grant one.
-                            while tx.try_send(w.clone()).is_err() {
-                                credit.add_permits(1);
-                                granted += 1;
-                                tokio::task::yield_now().await;
-                            }
-                        }
                         Step::Produce(n) => {
-                            let e = StreamElement::records((next..next + n as u64).collect());
-                            next += n as u64;
+                            let e = if n == 0 {
+                                StreamElement::Watermark(Watermark::new(next as i64))
+                            } else {
+                                next += n as u64;
+                                StreamElement::records((next - n as u64..next).collect())
+                            };
                             sent.push(e.clone());
+                            // A full channel means the pump waits for credit: grant one.
                             while tx.try_send(e.clone()).is_err() {
                                 credit.add_permits(1);
                                 granted += 1;
@@ -764,18 +752,7 @@ mod tests {
                 for f in &all {
                     assert!(f.len() <= REMOTE_FRAME_BYTES + 16 * 1024, "{}", f.len());
                 }
-                let (back_tx, mut back_rx) = channel::<u64>(sent.len() + 1);
-                let receiver: Box<dyn ByteReceiver> = Box::new(frames.clone());
-                let open: OpenReceiver = Box::pin(async move { Ok(receiver) });
-                ops.receive_pump(open, Box::new(back_tx), "test".into())
-                    .unwrap()
-                    .await
-                    .unwrap();
-                let mut got = Vec::new();
-                while let Ok(e) = back_rx.try_recv() {
-                    got.push(e);
-                }
-                assert_eq!(got, sent);
+                assert_eq!(replay(&frames).await, sent);
             });
         }
     }
