@@ -103,6 +103,13 @@ impl NodeConfig {
         let bytes = u64::from(self.data_window_kib) * 1024;
         u32::try_from(bytes / sluice_net::credit::CREDIT_BYTES as u64).unwrap_or(u32::MAX)
     }
+
+    /// How this process's data-plane connections are made: the shared `secret` and the window.
+    pub(crate) fn net_config(&self, secret: Secret) -> sluice_net::NetConfig {
+        let mut net = sluice_net::NetConfig::new(secret);
+        net.window = self.data_window_credits();
+        net
+    }
 }
 
 fn parse<T: std::str::FromStr>(variable: &'static str, value: String) -> Result<T, ConfigError>

@@ -13,7 +13,6 @@ use crate::health::Health;
 use crate::plane::{NetDataPlane, SharedPlane};
 use sluice_control::messages::*;
 use sluice_control::{JobMasterClient, TaskManager, TaskManagerServer, serve};
-use sluice_net::NetConfig;
 use sluice_runtime::cluster::wire::{Control, Deployment, Up};
 use sluice_runtime::cluster::{Worker, WorkerJob};
 use std::sync::Arc;
@@ -90,13 +89,9 @@ pub(crate) async fn run(
         .clone()
         .ok_or_else(|| NodeError::Setup("a task manager needs SLUICE_JOBMANAGER".into()))?;
     let name = config.task_manager_id.clone();
-    let plane = NetDataPlane::bind(&name, config.data_addr, {
-        let mut net = NetConfig::new(secret.clone());
-        net.window = config.data_window_credits();
-        net
-    })
-    .await
-    .map_err(|e| NodeError::Setup(format!("data plane on {}: {e}", config.data_addr)))?;
+    let plane = NetDataPlane::bind(&name, config.data_addr, config.net_config(secret.clone()))
+        .await
+        .map_err(|e| NodeError::Setup(format!("data plane on {}: {e}", config.data_addr)))?;
     let (up_tx, up_rx) = Worker::up_channel();
     let worker = Worker::new(job, Arc::new(SharedPlane(plane.clone())), up_tx);
     let epoch = Arc::new(AtomicU64::new(0));

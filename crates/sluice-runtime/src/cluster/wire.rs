@@ -172,12 +172,8 @@ pub struct RemoteMetrics {
     pub events_to_coordinator: u64,
     /// Events received from the coordinator.
     pub events_from_coordinator: u64,
-    /// Operator-defined gauges.
-    pub gauges: std::collections::BTreeMap<String, i64>,
-    /// Operator-defined counters (what its metric sources report).
-    pub counters: std::collections::BTreeMap<String, u64>,
-    /// Operator-defined histograms (what its metric sources report).
-    pub histograms: std::collections::BTreeMap<String, crate::metrics::HistogramSnapshot>,
+    /// What the operator publishes itself: its gauges and what its metric sources report.
+    pub report: crate::metrics::MetricsReport,
 }
 
 impl RemoteMetrics {
@@ -191,9 +187,11 @@ impl RemoteMetrics {
             backpressured_ns: u64::try_from(m.backpressured.as_nanos()).unwrap_or(u64::MAX),
             events_to_coordinator: m.events_to_coordinator,
             events_from_coordinator: m.events_from_coordinator,
-            gauges: m.gauges.clone(),
-            counters: m.counters.clone(),
-            histograms: m.histograms.clone(),
+            report: crate::metrics::MetricsReport {
+                gauges: m.gauges.clone(),
+                counters: m.counters.clone(),
+                histograms: m.histograms.clone(),
+            },
         }
     }
 }

@@ -388,12 +388,9 @@ impl OperatorMetrics {
             .store(m.events_to_coordinator, Ordering::Relaxed);
         self.events_from_coordinator
             .store(m.events_from_coordinator, Ordering::Relaxed);
-        *lock(&self.gauges) = m.gauges.clone();
-        *lock(&self.mirrored) = MetricsReport {
-            gauges: BTreeMap::new(),
-            counters: m.counters.clone(),
-            histograms: m.histograms.clone(),
-        };
+        let mut report = m.report.clone();
+        *lock(&self.gauges) = std::mem::take(&mut report.gauges);
+        *lock(&self.mirrored) = report;
     }
 
     /// Counts one event this subtask sent to its coordinator.
