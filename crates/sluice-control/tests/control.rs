@@ -4,8 +4,8 @@
 
 use sluice_control::messages::*;
 use sluice_control::{
-    JobMaster, JobMasterClient, JobMasterServer, TaskManager, TaskManagerClient, TaskManagerServer,
-    serve,
+    JobMaster, JobMasterClient, JobMasterServer, ServerHandle, TaskManager, TaskManagerClient,
+    TaskManagerServer, serve,
 };
 use sluice_net::auth::Secret;
 use std::sync::Mutex;
@@ -64,12 +64,8 @@ impl JobMaster for Master {
     }
 }
 
-fn fence(epoch: u64, attempt: u32) -> Option<FenceMsg> {
-    Some(FenceMsg { epoch, attempt })
-}
-
-#[tokio::test]
-async fn a_task_manager_registers_and_talks_under_the_masters_epoch() {
+/// A job master of epoch 3 served on a free loopback port, and its address.
+async fn master_of_epoch_3() -> (ServerHandle, String) {
     let server = serve(
         "127.0.0.1:0".parse().unwrap(),
         JobMasterServer::new(Master::default(), 3),
@@ -78,6 +74,16 @@ async fn a_task_manager_registers_and_talks_under_the_masters_epoch() {
     .await
     .unwrap();
     let url = format!("http://{}", server.local_addr());
+    (server, url)
+}
+
+fn fence(epoch: u64, attempt: u32) -> Option<FenceMsg> {
+    Some(FenceMsg { epoch, attempt })
+}
+
+#[tokio::test]
+async fn a_task_manager_registers_and_talks_under_the_masters_epoch() {
+    let (server, url) = master_of_epoch_3().await;
     let mut client = JobMasterClient::new(&url, &secret()).unwrap();
     let registered = client
         .register(RegisterTaskManager {
@@ -145,14 +151,7 @@ async fn a_task_manager_registers_and_talks_under_the_masters_epoch() {
 #[tokio::test]
 async fn messages_far_beyond_grpcs_usual_4_mib_cross() {
     // A checkpoint acknowledgement carries its task's state inline: tens of MiB are normal.
-    let server = serve(
-        "127.0.0.1:0".parse().unwrap(),
-        JobMasterServer::new(Master::default(), 3),
-        secret(),
-    )
-    .await
-    .unwrap();
-    let url = format!("http://{}", server.local_addr());
+    let (_server, url) = master_of_epoch_3().await;
     let mut client = JobMasterClient::new(&url, &secret()).unwrap();
     let state = vec![7u8; 40 << 20];
     client
@@ -245,14 +244,7 @@ async fn a_task_manager_follows_the_newest_job_master_and_refuses_older_ones() {
 
 #[tokio::test]
 async fn requests_without_the_cluster_token_are_refused_and_counted() {
-    let server = serve(
-        "127.0.0.1:0".parse().unwrap(),
-        JobMasterServer::new(Master::default(), 3),
-        secret(),
-    )
-    .await
-    .unwrap();
-    let url = format!("http://{}", server.local_addr());
+    let (server, url) = master_of_epoch_3().await;
     let wrong = Secret::new(b"somebody else's secret".to_vec()).unwrap();
     let mut intruder = JobMasterClient::new(&url, &wrong).unwrap();
     let err = intruder

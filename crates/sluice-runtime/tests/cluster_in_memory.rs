@@ -223,6 +223,18 @@ impl Cluster {
     ) {
         let env = StreamEnvironment::new();
         let out = build(&env, checkpoints, self.paced);
+        self.start_worker(name, &env, out, plane, remote);
+    }
+
+    /// Starts task manager `name` running the job built on `env`, whose output is `out`.
+    fn start_worker(
+        self: &Arc<Self>,
+        name: &str,
+        env: &StreamEnvironment,
+        out: CollectHandle<(u64, u64)>,
+        plane: Arc<MemoryPlane>,
+        remote: Arc<RemoteTasks>,
+    ) {
         let job = env.worker_job("cluster").unwrap();
         let (up_tx, mut up) = Worker::up_channel();
         let worker = Worker::new(job, plane, up_tx);
@@ -498,22 +510,7 @@ async fn task_managers_write_their_state_files_and_the_job_master_only_the_metad
         let env = StreamEnvironment::new();
         let out = build(&env, dir.path(), false);
         env.set_checkpoint_storage_backend(worker_storage.clone());
-        let job = env.worker_job("cluster").unwrap();
-        let (up_tx, mut up) = Worker::up_channel();
-        let worker = Worker::new(job, plane.clone(), up_tx);
-        let remote = remote.clone();
-        tokio::spawn(async move {
-            while let Some(msg) = up.recv().await {
-                remote.up(msg).await;
-            }
-        });
-        cluster.outputs.lock().unwrap().push(out);
-        cluster
-            .workers
-            .lock()
-            .unwrap()
-            .push((name.to_string(), worker));
-        cluster.registered.notify_waiters();
+        cluster.start_worker(name, &env, out, plane.clone(), remote.clone());
     }
     let result = handle.await.unwrap();
     assert!(result.completed_checkpoints >= 1);
@@ -560,22 +557,7 @@ async fn a_panic_in_user_code_on_a_task_manager_fails_the_job_with_its_message()
     for name in ["tm-a", "tm-b"] {
         let env = StreamEnvironment::new();
         let out = failing(&env);
-        let job = env.worker_job("cluster").unwrap();
-        let (up_tx, mut up) = Worker::up_channel();
-        let worker = Worker::new(job, plane.clone(), up_tx);
-        let remote = remote.clone();
-        tokio::spawn(async move {
-            while let Some(msg) = up.recv().await {
-                remote.up(msg).await;
-            }
-        });
-        cluster.outputs.lock().unwrap().push(out);
-        cluster
-            .workers
-            .lock()
-            .unwrap()
-            .push((name.to_string(), worker));
-        cluster.registered.notify_waiters();
+        cluster.start_worker(name, &env, out, plane.clone(), remote.clone());
     }
     // The panic, not its consequence on the other task manager (a task whose upstream channel
     // closed early), names the failure.
