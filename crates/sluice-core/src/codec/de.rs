@@ -300,11 +300,9 @@ struct Counted<'a, 'de> {
     left: usize,
 }
 
-impl<'de> de::SeqAccess<'de> for Counted<'_, 'de> {
-    type Error = WireError;
-
+impl<'de> Counted<'_, 'de> {
     #[inline(always)]
-    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
+    fn next<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
         if self.left == 0 {
             return Ok(None);
         }
@@ -312,10 +310,23 @@ impl<'de> de::SeqAccess<'de> for Counted<'_, 'de> {
         seed.deserialize(&mut *self.decoder).map(Some)
     }
 
+    /// Never more than the input could hold (one byte each at least), so that a corrupt length
+    /// cannot make a visitor reserve a huge buffer.
     fn size_hint(&self) -> Option<usize> {
-        // Never more than the input could hold (one byte each at least), so that a corrupt
-        // length cannot make a visitor reserve a huge buffer.
         Some(self.left.min(self.decoder.input.len()))
+    }
+}
+
+impl<'de> de::SeqAccess<'de> for Counted<'_, 'de> {
+    type Error = WireError;
+
+    #[inline(always)]
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
+        self.next(seed)
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Counted::size_hint(self)
     }
 }
 
@@ -323,11 +334,7 @@ impl<'de> de::MapAccess<'de> for Counted<'_, 'de> {
     type Error = WireError;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>> {
-        if self.left == 0 {
-            return Ok(None);
-        }
-        self.left -= 1;
-        seed.deserialize(&mut *self.decoder).map(Some)
+        self.next(seed)
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
@@ -335,7 +342,7 @@ impl<'de> de::MapAccess<'de> for Counted<'_, 'de> {
     }
 
     fn size_hint(&self) -> Option<usize> {
-        Some(self.left.min(self.decoder.input.len()))
+        Counted::size_hint(self)
     }
 }
 

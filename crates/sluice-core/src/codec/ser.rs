@@ -272,27 +272,26 @@ impl ser::SerializeMap for &mut Encoder {
     }
 }
 
-impl ser::SerializeStruct for &mut Encoder {
-    type Ok = ();
-    type Error = WireError;
-    #[inline(always)]
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, _: &'static str, value: &T) -> Result {
-        value.serialize(&mut **self)
-    }
-    #[inline(always)]
-    fn end(self) -> Result {
-        Ok(())
-    }
+macro_rules! fields {
+    ($($trait:ident),* $(,)?) => {$(
+        impl ser::$trait for &mut Encoder {
+            type Ok = ();
+            type Error = WireError;
+            #[inline(always)]
+            fn serialize_field<T: ?Sized + Serialize>(
+                &mut self,
+                _: &'static str,
+                value: &T,
+            ) -> Result {
+                value.serialize(&mut **self)
+            }
+            #[inline(always)]
+            fn end(self) -> Result {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeStructVariant for &mut Encoder {
-    type Ok = ();
-    type Error = WireError;
-    #[inline(always)]
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, _: &'static str, value: &T) -> Result {
-        value.serialize(&mut **self)
-    }
-    fn end(self) -> Result {
-        Ok(())
-    }
-}
+// Field names are not written: a struct is its fields in order.
+fields!(SerializeStruct, SerializeStructVariant);
