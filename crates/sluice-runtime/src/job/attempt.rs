@@ -1,8 +1,10 @@
 //! One attempt of a job as a pure state machine: facts in, actions out.
 //!
-//! The job master observes facts (task reports, task exits and failures, coordinator snapshots
-//! and failures, persisted or failed checkpoint writes, deadlines, trigger and cancel requests)
-//! and hands each to [`AttemptMachine::on`] with the time it observed it. The machine answers
+//! The job machine (`machine.rs`) runs one of these per attempt of the whole job; what happens
+//! across attempts (restarts, attempt numbers, stale reports, root causes) is its. It hands
+//! this machine the facts of the attempt (task reports, task exits and failures, coordinator
+//! snapshots and failures, persisted or failed checkpoint writes, deadlines, trigger and cancel
+//! requests), each to [`AttemptMachine::on`] with the time it observed it. The machine answers
 //! with [`Action`]s for the master to carry out: trigger a checkpoint at the sources, snapshot
 //! the coordinators, release held coordinator events, persist a completed checkpoint, notify
 //! completion or abort, finish or flush, and end the attempt. It reads no clock, spawns nothing
@@ -25,10 +27,10 @@
 //!    its checkpoint completed and ends the attempt as stopped.
 //! 5. **A task failure restarts its region** under region failover (the default): every pending
 //!    checkpoint is aborted, the region's tasks count as down (no checkpoint starts, their exits
-//!    do not count towards the end of the job) and the master is asked to restart them; when it
-//!    reports them restored they run again. The rest of the job keeps running. Under full
-//!    failover, when the region is the whole job, or once the tasks were told to finish, a task
-//!    failure ends the attempt instead.
+//!    do not count towards the end of the job, and what they still report is dropped) and the
+//!    job machine is asked to restart them; when it reports them restored they run again. The
+//!    rest of the job keeps running. Under full failover, when the region is the whole job, or
+//!    once the tasks were told to finish, a task failure ends the attempt instead.
 //! 6. **Any other failure ends the attempt**: a coordinator failure, a lost coordinator event,
 //!    too many failed checkpoints. Facts after the end are ignored, so a late persist of a
 //!    checkpoint of a failed attempt changes nothing.
@@ -148,6 +150,10 @@ pub(crate) enum Fact {
     PersistFailed { id: CheckpointId, reason: String },
     /// Every coordinator handled every call made before the flush.
     CoordinatorsFlushed,
+    /// Something the job master did for the attempt failed (a region could not be deployed).
+    Failed(JobError),
+    /// A region failed and the restart strategy gave up: the job fails with this error.
+    GaveUp(JobError),
 }
 
 /// How an attempt ended.
@@ -307,6 +313,11 @@ impl AttemptMachine {
             .and_then(|c| c.planner.next_deadline_ms())
     }
 
+    /// Whether every task was told to finish (or the coordinators are being flushed at the end).
+    pub(crate) fn is_finishing(&self) -> bool {
+        self.finishing || self.flushing
+    }
+
     /// Whether the attempt has ended.
     #[cfg(test)]
     pub(crate) fn has_ended(&self) -> bool {
@@ -328,6 +339,9 @@ impl AttemptMachine {
             }
             Fact::Requested(request, kind) => self.on_request(request, kind, now_ms, &mut out),
             Fact::Cancel => self.end(AttemptEnd::Cancelled, &mut out),
+            // Tasks of a failed region are down from their stop until they run again: what they
+            // still report is dropped.
+            Fact::Report(report) if self.down.contains(&report.task()) => {}
             Fact::Report(report) => self.on_report(report, now_ms, &mut out),
             Fact::TaskExited(task) => {
                 self.running.remove(&task);
@@ -354,7 +368,10 @@ impl AttemptMachine {
                     c.planner.on_region_restored(&tasks, now_ms);
                 }
             }
-            Fact::CoordinatorFailed(e) => self.end(AttemptEnd::Failed(e), &mut out),
+            Fact::CoordinatorFailed(e) | Fact::Failed(e) => {
+                self.end(AttemptEnd::Failed(e), &mut out)
+            }
+            Fact::GaveUp(e) => self.end(AttemptEnd::GaveUp(e), &mut out),
             // An event lost to a task that finished on request is of no consequence.
             Fact::EventLost(_) if self.finishing => {}
             Fact::EventLost(e) => self.end(AttemptEnd::Failed(e), &mut out),

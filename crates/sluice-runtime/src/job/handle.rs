@@ -3,13 +3,15 @@
 
 use crate::error::JobError;
 use crate::job::JobObserver;
-use crate::job::attempt::RequestKind;
-use crate::job::master::{HandleRequest, SharedMetrics};
+use crate::job::attempt::{RequestId, RequestKind};
+use crate::job::deploy::MetricsRegistry;
 use crate::metrics::JobMetrics;
 use sluice_core::CheckpointId;
+use sluice_core::sync::lock;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -279,6 +281,88 @@ impl Future for JobHandle {
                 "the job master stopped abnormally: {e}"
             )))),
             Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// A request from the job handle to the job master.
+pub(crate) struct HandleRequest {
+    pub(crate) kind: RequestKind,
+    /// Told the checkpoint's id once it is triggered.
+    pub(crate) triggered: oneshot::Sender<CheckpointId>,
+    /// Told how the checkpoint ended.
+    pub(crate) done: oneshot::Sender<Result<CheckpointId, String>>,
+}
+
+/// How many requests the job handle may have waiting for the master.
+pub(crate) const REQUEST_CAPACITY: usize = 16;
+
+/// The metrics of the job: the attempts that ended, and the one running now.
+#[derive(Default)]
+pub(crate) struct SharedMetrics {
+    current: Mutex<Arc<MetricsRegistry>>,
+    earlier: Mutex<JobMetrics>,
+}
+
+impl SharedMetrics {
+    /// The whole job so far: counters summed over every attempt.
+    pub(crate) fn job(&self) -> JobMetrics {
+        let mut all = lock(&self.earlier).clone();
+        all.accumulate(&self.attempt());
+        all
+    }
+
+    /// The attempt running now (or the last one).
+    pub(crate) fn attempt(&self) -> JobMetrics {
+        lock(&self.current).snapshot()
+    }
+
+    /// A new attempt of the whole job counts into `m` from now on.
+    pub(crate) fn next_attempt(&self, m: Arc<MetricsRegistry>) {
+        let ended = std::mem::replace(&mut *lock(&self.current), m);
+        lock(&self.earlier).accumulate(&ended.snapshot());
+    }
+}
+
+/// A request's answers still owed: its checkpoint's id once triggered, then its outcome.
+struct OpenRequest {
+    triggered: Option<oneshot::Sender<CheckpointId>>,
+    done: oneshot::Sender<Result<CheckpointId, String>>,
+}
+
+/// The master's side of the handle's requests: each one by id, until it is answered.
+#[derive(Default)]
+pub(crate) struct Requests {
+    next: u64,
+    open: BTreeMap<RequestId, OpenRequest>,
+}
+
+impl Requests {
+    /// Takes request `r`; returns the id and kind the machine is told.
+    pub(crate) fn add(&mut self, r: HandleRequest) -> (RequestId, RequestKind) {
+        let id = RequestId(self.next);
+        self.next += 1;
+        let open = OpenRequest {
+            triggered: Some(r.triggered),
+            done: r.done,
+        };
+        self.open.insert(id, open);
+        (id, r.kind)
+    }
+
+    /// Request `id` started checkpoint `checkpoint`.
+    pub(crate) fn triggered(&mut self, id: RequestId, checkpoint: CheckpointId) {
+        if let Some(tx) = self.open.get_mut(&id).and_then(|r| r.triggered.take()) {
+            // The handle may have stopped waiting.
+            let _ = tx.send(checkpoint);
+        }
+    }
+
+    /// Request `id` ended with `result`.
+    pub(crate) fn done(&mut self, id: RequestId, result: Result<CheckpointId, String>) {
+        if let Some(r) = self.open.remove(&id) {
+            // The handle may have stopped waiting.
+            let _ = r.done.send(result);
         }
     }
 }

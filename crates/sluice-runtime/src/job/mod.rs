@@ -4,9 +4,14 @@
 //! Where to find things:
 //! - `plan`: validates the graph and decides which operators chain together (pure);
 //! - `deploy`: builds the typed tasks and the channels between them;
-//! - `attempt`: one attempt of a job as a pure state machine (facts in, actions out);
-//! - `master`: the loop that runs attempts, waits on its channels and carries out the
-//!   machine's actions; restarts per the restart strategy;
+//! - `machine`: the whole job as one pure state machine (its lifecycle and every legal move at
+//!   its top: attempts, restarts of regions and of the job, root causes, stale reports);
+//! - `attempt`: one attempt of a job as a pure state machine (checkpoints, the end of the job),
+//!   run by the job machine;
+//! - `driver`: the job master's loop: waits on its channels, turns what arrives into facts for
+//!   the job machine and carries out its actions;
+//! - `spec`: what the job master is given (the job, the handle's channels);
+//! - `prepare`: what the job starts from (a restore point) and its checkpointing;
 //! - `coordination`: the job master's side of operator coordinators (holders, valves);
 //! - `observer`, `status`: the live view of a running job ([`JobObserver`], recorded by the
 //!   master as things happen) and what its snapshot holds ([`JobStatus`]);
@@ -16,10 +21,13 @@ pub(crate) mod attempt;
 mod config;
 pub(crate) mod coordination;
 pub(crate) mod deploy;
-mod handle;
-pub(crate) mod master;
+pub(crate) mod driver;
+pub(crate) mod handle;
+pub(crate) mod machine;
 mod observer;
 pub(crate) mod plan;
+mod prepare;
+pub(crate) mod spec;
 mod status;
 pub(crate) mod submit;
 

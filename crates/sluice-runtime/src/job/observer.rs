@@ -14,7 +14,7 @@
 
 use crate::error::JobError;
 use crate::graph::{NodeKind, Partitioning, StreamGraph};
-use crate::job::master::SharedMetrics;
+use crate::job::handle::SharedMetrics;
 use crate::job::plan::Plan;
 use crate::job::status::{
     CHECKPOINT_DURATION_BOUNDS, CHECKPOINT_HISTORY, CHECKPOINT_SIZE_BOUNDS, CheckpointCounts,

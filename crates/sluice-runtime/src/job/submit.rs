@@ -12,10 +12,11 @@ use crate::cluster::{RemoteTasks, WorkerJob};
 use crate::error::JobError;
 use crate::failover::{ExponentialBackoff, FailoverStrategy, RestartStrategy};
 use crate::graph::{NodeKind, StreamGraph};
-use crate::job::master::{
-    JobSpec, MasterInputs, REQUEST_CAPACITY, RunSummary, SharedMetrics, run_job,
-};
+use crate::job::driver::run_job;
+use crate::job::handle::{REQUEST_CAPACITY, SharedMetrics};
+use crate::job::machine::RunSummary;
 use crate::job::plan::{Plan, plan};
+use crate::job::spec::{JobSpec, MasterInputs};
 use crate::job::{CheckpointStats, JobConfig, JobHandle, JobRecorder, JobResult};
 use crate::storage::{CheckpointStorage, LocalCheckpointStorage, validate_directory};
 use std::num::NonZeroUsize;
