@@ -548,3 +548,131 @@ fn a_coordinator_failure_between_attempts_fails_the_next_one() {
     let a = m.on(JobFact::Deployed(1), 6);
     assert_eq!(names(&a), ["end attempt", "stop [0, 1, 2]"]);
 }
+
+mod model {
+    //! The machine against a model of the driver, under any order of task failures, exits,
+    //! time and cancel: attempt numbers only grow, no task is deployed while it still runs,
+    //! every task is stopped before the job ends, and the job always ends.
+
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, VecDeque};
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Fail(usize, bool),
+        Exit(usize),
+        Time,
+        Cancel,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (0..3usize, any::<bool>()).prop_map(|(t, root)| Step::Fail(t, root)),
+            3 => (0..3usize).prop_map(Step::Exit),
+            3 => Just(Step::Time),
+            1 => Just(Step::Cancel),
+        ]
+    }
+
+    /// The driver as the machine sees it: which attempt of each task runs.
+    #[derive(Default)]
+    struct World {
+        alive: BTreeMap<TaskIndex, AttemptNumber>,
+        facts: VecDeque<JobFact>,
+        last_attempt: Option<AttemptNumber>,
+        ended: bool,
+    }
+
+    impl World {
+        fn act(&mut self, actions: Vec<JobAction>) {
+            for a in actions {
+                assert!(!self.ended, "an action after the end: {a:?}");
+                match a {
+                    JobAction::Deploy { scope, attempt, .. } => {
+                        assert!(
+                            self.last_attempt.is_none_or(|l| attempt > l),
+                            "attempt {attempt} reused"
+                        );
+                        self.last_attempt = Some(attempt);
+                        let tasks = match scope {
+                            DeployScope::All => vec![0, 1, 2],
+                            DeployScope::Region(t) => t,
+                        };
+                        for t in tasks {
+                            assert!(
+                                !self.alive.contains_key(&t),
+                                "task {t} deployed while it runs"
+                            );
+                            self.alive.insert(t, attempt);
+                        }
+                        self.facts.push_back(JobFact::Deployed(attempt));
+                    }
+                    JobAction::StopTasks(tasks) => {
+                        for t in tasks {
+                            if let Some(attempt) = self.alive.remove(&t) {
+                                self.facts.push_back(ended(t, attempt, TaskExit::Cancelled));
+                            }
+                        }
+                    }
+                    JobAction::ResetCoordinators { .. } => {
+                        self.facts.push_back(JobFact::CoordinatorsReset(Ok(())));
+                    }
+                    JobAction::Finish(_) => {
+                        assert!(self.alive.is_empty(), "the job ended with tasks running");
+                        self.ended = true;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn any_order_of_failures_keeps_the_rules(
+            steps in proptest::collection::vec(step(), 0..40),
+            region in any::<bool>(),
+        ) {
+            let failover = if region { FailoverStrategy::Region } else { FailoverStrategy::Full };
+            let mut s = settings(failover, fixed(1000, 10));
+            s.root_cause_grace_ms = Some(5);
+            let (mut m, first) = JobMachine::start(s, None, None);
+            let mut w = World::default();
+            let mut now = 0;
+            w.act(first);
+            let mut steps: VecDeque<Step> = steps.into();
+            // After the given steps: cancel, then let time run until the job ended.
+            let mut rounds = 0;
+            while !w.ended {
+                rounds += 1;
+                prop_assert!(rounds < 10_000, "the job never ended");
+                if let Some(f) = w.facts.pop_front() {
+                    let a = m.on(f, now);
+                    w.act(a);
+                    continue;
+                }
+                let next = steps.pop_front().unwrap_or(if rounds % 2 == 0 { Step::Cancel } else { Step::Time });
+                let fact = match next {
+                    Step::Fail(t, root) => match w.alive.remove(&t) {
+                        Some(a) if root => failed(t, a),
+                        Some(a) => peer_gone(t, a),
+                        None => continue,
+                    },
+                    Step::Exit(t) => match w.alive.remove(&t) {
+                        Some(a) => ended(t, a, TaskExit::Finished),
+                        None => continue,
+                    },
+                    Step::Time => {
+                        now = m.next_deadline_ms().unwrap_or(now + 1).max(now);
+                        JobFact::Time
+                    }
+                    Step::Cancel => JobFact::Cancel,
+                };
+                let a = m.on(fact, now);
+                w.act(a);
+            }
+            prop_assert!(matches!(m.phase(), JobPhase::Finished | JobPhase::Failed | JobPhase::Cancelled));
+        }
+    }
+}
