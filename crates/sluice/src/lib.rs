@@ -25,14 +25,41 @@
 //! assert_eq!(v, vec![2, 3, 4]);
 //! ```
 
+// A chosen list, not the runtime's every item: the job master, deployment, the wire protocol of
+// cluster mode, exchanges, timers' machinery and checkpoint storage's layout stay behind it
+// (`sluice-node` and `sluice-object-store` reach what they need from `sluice-runtime` itself).
+
+/// Writing a job: the environment, streams and their sinks.
+pub use sluice_runtime::{
+    CollectHandle, DataStream, DataStreamSink, Generator, KeyedStream, Partitioning,
+    ProcessedStream, Sink, StreamEnvironment, WindowedStream,
+};
+/// Writing operators, sources and partitioners.
+pub use sluice_runtime::{
+    Collector, Operator, OperatorContext, OperatorState, Partitioner, SourceHead, SourceHeadPoll,
+    WatermarkStrategy,
+};
+/// Running and watching a job: its configuration, handle, result, errors, live view and metrics.
+pub use sluice_runtime::{
+    CoordinatorFailureInfo, DEFAULT_MAX_PARALLELISM, JobConfig, JobError, JobHandle, JobMetrics,
+    JobObserver, JobResult, JobState, JobStatus, OperatorMetrics, OperatorTotals, SubtaskMetrics,
+    TaskFailure,
+};
+/// The modules a job or an operator author reaches into: sinks and two-phase commit (`api`),
+/// checkpoint settings, restart and failover strategies, the job's statistics and status types,
+/// key groups, metrics that operators publish, operators, keyed process functions, state views,
+/// watermarks and windows.
+pub use sluice_runtime::{
+    api, checkpoint, failover, job, key_groups, metrics, operator, process, state, watermark,
+    window,
+};
+
 pub use sluice_async_io as async_io;
 pub use sluice_connectors as connectors;
 pub use sluice_coordinator as coordinator;
 pub use sluice_core as core;
-pub use sluice_runtime as runtime;
 #[cfg(feature = "testing")]
 pub use sluice_runtime::testing;
-pub use sluice_runtime::*;
 pub use sluice_shuffle as shuffle;
 
 /// Everything a job definition usually needs: the DataStream API, checkpoint settings, restart
