@@ -630,3 +630,19 @@ async fn coordinator_states_have_their_own_section_and_a_missing_one_is_named() 
     let err = s.load(id, FP).await.unwrap_err().to_string();
     assert!(err.contains(&coordinator.file_name), "{err}");
 }
+
+#[tokio::test]
+async fn the_layout_keeps_its_contract_in_memory() {
+    contract::check_blob_store(MemoryBlobStore::new).await;
+}
+
+#[tokio::test]
+async fn the_layout_keeps_its_contract_on_the_local_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut n = 0;
+    contract::check_blob_store(|| {
+        n += 1;
+        LocalBlobStore::new(tmp.path().join(format!("store-{n}")))
+    })
+    .await;
+}
