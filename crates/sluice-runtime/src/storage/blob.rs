@@ -12,8 +12,11 @@ use futures::future::BoxFuture;
 use std::fmt;
 use std::path::PathBuf;
 
-/// A store of blobs by key, the only thing a checkpoint storage backend implements. See the
-/// [module documentation](self) for the keys.
+/// A store of blobs by key, the only thing a checkpoint storage backend implements.
+///
+/// Keys are relative, `/`-separated paths of plain segments (`chk-7/_metadata`): no empty
+/// segment, no `.` or `..`, no segment starting with `.`. A backend maps them below its own
+/// root.
 ///
 /// The contract, which [`BlobCheckpointStorage`](super::BlobCheckpointStorage) relies on:
 /// - [`put`](Self::put) replaces the blob at `key` whole: a reader sees the old blob or the new

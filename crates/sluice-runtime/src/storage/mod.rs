@@ -12,7 +12,7 @@
 //!   `Arc<dyn CheckpointStorage>`); implementations must not block the calling tokio worker.
 //! - [`BlobStore`] (`blob.rs`) is what a backend implements: put, get, list and delete of whole
 //!   blobs by key. [`BlobCheckpointStorage`] (`layout.rs`) is the [`CheckpointStorage`] over any
-//!   of them: the layout, the framing ([`format`]), the checks on read back (`verify.rs`), the
+//!   of them: the layout, the framing ([`format`](mod@format)), the checks on read back (`verify.rs`), the
 //!   newest-valid fallback and retention. The backends: [`LocalBlobStore`] (`local.rs`, a
 //!   directory; [`LocalCheckpointStorage`] is the layout over it), [`MemoryBlobStore`]
 //!   (`memory.rs`), and object stores in `sluice-object-store`.

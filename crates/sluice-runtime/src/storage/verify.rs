@@ -1,8 +1,8 @@
 //! Reading a checkpoint back, as pure checks over bytes already read: the metadata decoded and
-//! checked against the job, then every state file it lists checked against the metadata. Every
-//! storage reads its files its own way (blocking file reads, object-store requests) and hands
-//! the bytes to these two functions, so that all of them refuse the same damage with the same
-//! errors.
+//! checked against the job, then every state file it lists checked against the metadata. The
+//! layout (`layout.rs`) reads the blobs from whatever [`BlobStore`](super::BlobStore) it runs
+//! over and hands the bytes to these two functions, so that every backend refuses the same
+//! damage with the same errors.
 
 use super::format::Header;
 use super::{CheckpointMetadata, Corruption, RestoredCheckpoint, StorageError};
