@@ -93,7 +93,6 @@ pub use metadata::{
     CheckpointMetadata, CoordinatorStateHandle, OperatorInfo, RestoreOutcome, RestoredCheckpoint,
     SkippedCheckpoint, StateFileHandle,
 };
-pub use verify::{assemble, decode_metadata};
 
 use futures::future::BoxFuture;
 use sluice_core::{CheckpointId, NodeId, SubtaskIndex};
