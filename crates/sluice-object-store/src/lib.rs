@@ -5,21 +5,21 @@
 //! [`resume_from_latest_checkpoint`](sluice_runtime::StreamEnvironment::resume_from_latest_checkpoint).
 //!
 //! Where to find things:
-//! - [`ObjectStoreCheckpointStorage`]: the [`CheckpointStorage`] over any [`ObjectStore`], made
-//!   from one ([`new`](ObjectStoreCheckpointStorage::new)) or from a URL and options
+//! - [`ObjectStoreBlobs`]: the runtime's [`BlobStore`] over any [`ObjectStore`], below a
+//!   prefix: this crate's whole adapter (put, get, list, delete);
+//! - [`ObjectStoreCheckpointStorage`]: the runtime's checkpoint layout
+//!   ([`BlobCheckpointStorage`]) over those blobs, made from a store
+//!   ([`new`](ObjectStoreCheckpointStorage::new)) or from a URL and options
 //!   ([`from_url`](ObjectStoreCheckpointStorage::from_url));
 //! - [`Error`]: a URL or configuration that cannot name a store.
 //!
-//! The layout is the local storage's, under the URL's path (`<prefix>/chk-7/node-0.subtask-1.state`,
-//! `<prefix>/chk-7/_metadata`), and every file has the same framing
-//! ([`sluice_runtime::storage::format`]), so a checkpoint copied between a directory and a
-//! bucket stays readable. An object store has no rename and no directories: each file is one
-//! `PUT`, which the store makes visible whole or not at all, and the metadata object is put
-//! last, after every state file it lists was checked to exist; a checkpoint without it is
-//! incomplete and removed by [`initialize`](CheckpointStorage::initialize). Retention deletes
-//! whole checkpoints beyond the newest `retained`, metadata first, so a deletion cut short
-//! leaves an incomplete checkpoint rather than a complete one with files missing. The crate is separate from the runtime so
-//! that a job in local mode does not compile the cloud clients.
+//! The layout, framing, verification, fallback and retention are the runtime's, written once
+//! over the blob interface, so a checkpoint copied between a directory and a bucket stays
+//! readable: `<prefix>/chk-7/node-0.subtask-1.state`, `<prefix>/chk-7/_metadata`. An object
+//! store has no rename and no directories: each blob is one `PUT`, which the store makes visible
+//! whole or not at all, and the metadata object is put last, after every state file it lists
+//! was checked to exist. The crate is separate from the runtime so that a job in local mode does
+//! not compile the cloud clients.
 //!
 //! ```
 //! use sluice_object_store::ObjectStoreCheckpointStorage;
@@ -55,24 +55,18 @@
 //! assert_eq!((second.restored_from, n), (first.last_checkpoint, 0));
 //! ```
 
+use futures::TryStreamExt;
 use futures::future::BoxFuture;
-use futures::{StreamExt, TryStreamExt};
-use object_store::path::Path as ObjectPath;
+use object_store::path::{Path as ObjectPath, PathPart};
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use sluice_core::{CheckpointId, NodeId, SubtaskIndex, codec};
-use sluice_runtime::storage::format::{self, FileKind, METADATA_FILE};
+use sluice_core::{CheckpointId, NodeId, SubtaskIndex};
 use sluice_runtime::storage::{
-    CheckpointMetadata, CheckpointStorage, CoordinatorStateHandle, RestoreOutcome,
-    RestoredCheckpoint, SkippedCheckpoint, StateFileHandle, StorageError, assemble,
-    decode_metadata,
+    BlobCheckpointStorage, BlobStore, CheckpointMetadata, CheckpointStorage,
+    CoordinatorStateHandle, RestoreOutcome, RestoredCheckpoint, StateFileHandle, StorageError,
 };
-use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-/// How many objects of one checkpoint are read or deleted at a time.
-const CONCURRENT_REQUESTS: usize = 8;
 
 /// A URL or configuration that does not name a usable object store.
 #[derive(Debug, thiserror::Error)]
@@ -95,24 +89,135 @@ pub enum Error {
     },
 }
 
-/// Checkpoints in an object store. See the [crate documentation](crate) for the layout and an
-/// example.
-///
-/// Every method is asynchronous I/O on the store's client (no blocking pool, no blocked worker).
+/// Blobs as objects below a prefix of an [`ObjectStore`]: key `chk-7/_metadata` is the object
+/// `<prefix>/chk-7/_metadata`. Every method is asynchronous I/O on the store's client (no
+/// blocking pool, no blocked worker).
 #[derive(Clone, Debug)]
-pub struct ObjectStoreCheckpointStorage {
+pub struct ObjectStoreBlobs {
     store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
     /// The store's URL with the prefix, for people and error messages.
     location: String,
-    retained: NonZeroUsize,
 }
 
-/// What a listing found of one checkpoint.
-#[derive(Debug, Default)]
-struct Listed {
-    objects: Vec<ObjectPath>,
-    complete: bool,
+impl ObjectStoreBlobs {
+    /// Blobs below `prefix` in `store`; `location` names the place for people (for example
+    /// the bucket's URL). Does no I/O.
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        prefix: impl Into<ObjectPath>,
+        location: impl Into<String>,
+    ) -> Self {
+        ObjectStoreBlobs {
+            store,
+            prefix: prefix.into(),
+            location: location.into(),
+        }
+    }
+
+    /// The object of `key` (or of the folder `key`; `""` is the prefix).
+    fn object(&self, key: &str) -> ObjectPath {
+        let parts = key.split('/').filter(|p| !p.is_empty()).map(PathPart::from);
+        self.prefix.parts().chain(parts).collect()
+    }
+
+    fn io_error(&self, action: &'static str, key: &str, e: object_store::Error) -> StorageError {
+        match e {
+            object_store::Error::NotFound { .. } => StorageError::Missing {
+                path: self.path_of(key),
+            },
+            e => StorageError::Io {
+                action,
+                path: self.path_of(key),
+                source: std::io::Error::other(e),
+            },
+        }
+    }
+}
+
+impl BlobStore for ObjectStoreBlobs {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn path_of(&self, key: &str) -> PathBuf {
+        if key.is_empty() {
+            PathBuf::from(&self.location)
+        } else {
+            PathBuf::from(format!("{}/{key}", self.location))
+        }
+    }
+
+    fn put<'a>(&'a self, key: &'a str, bytes: Vec<u8>) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(async move {
+            self.store
+                .put(&self.object(key), PutPayload::from(bytes))
+                .await
+                .map_err(|e| self.io_error("put", key, e))?;
+            Ok(())
+        })
+    }
+
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<u8>, StorageError>> {
+        Box::pin(async move {
+            let bytes = self
+                .store
+                .get(&self.object(key))
+                .await
+                .map_err(|e| self.io_error("get", key, e))?
+                .bytes()
+                .await
+                .map_err(|e| self.io_error("read", key, e))?;
+            Ok(bytes.to_vec())
+        })
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, StorageError>> {
+        Box::pin(async move {
+            let folder = self.object(prefix);
+            let objects: Vec<ObjectPath> = self
+                .store
+                .list(Some(&folder))
+                .map_ok(|meta| meta.location)
+                .try_collect()
+                .await
+                .map_err(|e| self.io_error("list", prefix, e))?;
+            // Keys relative to the prefix; an object named like the folder itself is no key.
+            let below = |key: &String| {
+                prefix.is_empty()
+                    || key
+                        .strip_prefix(prefix)
+                        .is_some_and(|rest| rest.starts_with('/'))
+            };
+            Ok(objects
+                .iter()
+                .filter_map(|o| {
+                    let parts: Vec<String> = o
+                        .prefix_match(&self.prefix)?
+                        .map(|p| p.as_ref().to_owned())
+                        .collect();
+                    Some(parts.join("/"))
+                })
+                .filter(below)
+                .collect())
+        })
+    }
+
+    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(async move {
+            match self.store.delete(&self.object(key)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(self.io_error("delete", key, e)),
+            }
+        })
+    }
+}
+
+/// Checkpoints in an object store: the runtime's layout over [`ObjectStoreBlobs`]. See the
+/// [crate documentation](crate) for the layout and an example.
+#[derive(Clone, Debug)]
+pub struct ObjectStoreCheckpointStorage {
+    inner: BlobCheckpointStorage<ObjectStoreBlobs>,
 }
 
 impl ObjectStoreCheckpointStorage {
@@ -124,11 +229,9 @@ impl ObjectStoreCheckpointStorage {
         location: impl Into<String>,
         retained: NonZeroUsize,
     ) -> Self {
+        let blobs = ObjectStoreBlobs::new(store, prefix, location);
         ObjectStoreCheckpointStorage {
-            store,
-            prefix: prefix.into(),
-            location: location.into(),
-            retained,
+            inner: BlobCheckpointStorage::over(blobs, retained),
         }
     }
 
@@ -184,301 +287,33 @@ impl ObjectStoreCheckpointStorage {
 
     /// How many completed checkpoints are kept.
     pub fn retained(&self) -> NonZeroUsize {
-        self.retained
+        self.inner.retained()
     }
 
-    /// The object of `file` in checkpoint `id`.
-    fn object(&self, id: CheckpointId, file: &str) -> ObjectPath {
-        self.checkpoint_prefix(id).join(file)
+    /// The objects the checkpoints are stored in.
+    pub fn blobs(&self) -> &ObjectStoreBlobs {
+        self.inner.blobs()
     }
 
-    fn checkpoint_prefix(&self, id: CheckpointId) -> ObjectPath {
-        self.prefix
-            .clone()
-            .join(format::checkpoint_dir_name(id).as_str())
-    }
-
-    /// A path naming `object` for errors: the store's URL and the object's key.
-    fn display(&self, object: &ObjectPath) -> PathBuf {
-        let relative = object
-            .as_ref()
-            .strip_prefix(self.prefix.as_ref())
-            .unwrap_or(object.as_ref())
-            .trim_start_matches('/');
-        PathBuf::from(format!("{}/{relative}", self.location))
-    }
-
-    fn io_error(
+    /// Reads and verifies the checkpoint in the folder `dir` below the prefix (`chk-7`, or any
+    /// name a checkpoint was copied to); never falls back. A missing or damaged object, the
+    /// `_metadata` included, is the error, naming that object.
+    pub async fn load_at(
         &self,
-        action: &'static str,
-        object: &ObjectPath,
-        e: object_store::Error,
-    ) -> StorageError {
-        match e {
-            object_store::Error::NotFound { .. } => StorageError::Missing {
-                path: self.display(object),
-            },
-            e => StorageError::Io {
-                action,
-                path: self.display(object),
-                source: std::io::Error::other(e),
-            },
-        }
-    }
-
-    /// Every checkpoint under the prefix with its objects, by id (one recursive listing).
-    async fn list_checkpoints(&self) -> Result<BTreeMap<CheckpointId, Listed>, StorageError> {
-        let mut listed: BTreeMap<CheckpointId, Listed> = BTreeMap::new();
-        let mut objects = self.store.list(Some(&self.prefix));
-        while let Some(meta) = objects
-            .try_next()
-            .await
-            .map_err(|e| self.io_error("list", &self.prefix, e))?
-        {
-            // `<prefix>/chk-N/<file>`: anything else under the prefix is not ours.
-            let Some((id, is_metadata)) = checkpoint_file(&meta.location, &self.prefix) else {
-                continue;
-            };
-            let entry = listed.entry(id).or_default();
-            entry.complete |= is_metadata;
-            entry.objects.push(meta.location);
-        }
-        Ok(listed)
-    }
-
-    /// Deletes `objects` (a checkpoint's): its metadata first, then the rest a few at a time,
-    /// so that a deletion that stops half-way leaves an incomplete checkpoint (garbage that
-    /// `initialize` removes), never a complete one with files missing.
-    async fn delete_all(&self, objects: Vec<ObjectPath>) -> Result<(), StorageError> {
-        let (metadata, rest) = metadata_first(objects);
-        for o in metadata {
-            self.delete_one(o).await?;
-        }
-        futures::stream::iter(rest)
-            .map(|o| self.delete_one(o))
-            .buffer_unordered(CONCURRENT_REQUESTS)
-            .try_collect()
-            .await
-    }
-
-    async fn delete_one(&self, object: ObjectPath) -> Result<(), StorageError> {
-        match self.store.delete(&object).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.io_error("delete", &object, e)),
-        }
-    }
-
-    /// Refuses to write into checkpoint `id` once its metadata exists.
-    async fn refuse_if_complete(&self, id: CheckpointId) -> Result<(), StorageError> {
-        let metadata = self.object(id, METADATA_FILE);
-        match self.store.head(&metadata).await {
-            Ok(_) => Err(StorageError::AlreadyComplete {
-                path: self.display(&self.checkpoint_prefix(id)),
-            }),
-            Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.io_error("inspect", &metadata, e)),
-        }
-    }
-
-    /// Puts a framed file into checkpoint `id`, unless the checkpoint is complete.
-    async fn put_framed(
-        &self,
-        id: CheckpointId,
-        file_name: &str,
-        kind: FileKind,
-        payload: &[u8],
-    ) -> Result<format::Header, StorageError> {
-        self.refuse_if_complete(id).await?;
-        let object = self.object(id, file_name);
-        let framed = format::frame(kind, payload);
-        self.store
-            .put(&object, PutPayload::from(framed))
-            .await
-            .map_err(|e| self.io_error("put", &object, e))?;
-        Ok(format::header_of(payload))
-    }
-
-    /// Reads a framed file and checks its framing.
-    async fn get_framed(
-        &self,
-        object: &ObjectPath,
-        kind: FileKind,
-    ) -> Result<(format::Header, Vec<u8>), StorageError> {
-        let bytes = self
-            .store
-            .get(object)
-            .await
-            .map_err(|e| self.io_error("get", object, e))?
-            .bytes()
-            .await
-            .map_err(|e| self.io_error("read", object, e))?;
-        let (header, payload) =
-            format::unframe(kind, &bytes).map_err(|reason| StorageError::Corrupt {
-                path: self.display(object),
-                reason,
-            })?;
-        Ok((header, payload.to_vec()))
-    }
-
-    async fn complete_checkpoint(
-        &self,
-        metadata: CheckpointMetadata,
-    ) -> Result<Vec<CheckpointId>, StorageError> {
-        metadata.check().map_err(StorageError::InvalidMetadata)?;
-        let id = metadata.checkpoint_id;
-        self.refuse_if_complete(id).await?;
-        // Every file the metadata lists must be there before the metadata can be.
-        let present: Vec<ObjectPath> = self
-            .store
-            .list(Some(&self.checkpoint_prefix(id)))
-            .map_ok(|m| m.location)
-            .try_collect()
-            .await
-            .map_err(|e| self.io_error("list", &self.checkpoint_prefix(id), e))?;
-        let listed = metadata.state_files.iter().map(|f| &f.file_name);
-        for name in listed.chain(metadata.coordinator_states.iter().map(|c| &c.file_name)) {
-            let object = self.object(id, name);
-            if !present.contains(&object) {
-                return Err(StorageError::Missing {
-                    path: self.display(&object),
-                });
-            }
-        }
-        let bytes = codec::encode(&metadata)?;
-        self.put_framed(id, METADATA_FILE, FileKind::Metadata, &bytes)
-            .await?;
-        Ok(self.apply_retention(id).await)
-    }
-
-    /// Deletes the completed checkpoints beyond the newest `retained` (never `current`).
-    /// Failures are logged, not returned: the new checkpoint is complete either way.
-    async fn apply_retention(&self, current: CheckpointId) -> Vec<CheckpointId> {
-        let listed = match self.list_checkpoints().await {
-            Ok(listed) => listed,
-            Err(e) => {
-                tracing::warn!("checkpoint retention skipped: {e}");
-                return Vec::new();
-            }
-        };
-        let completed: Vec<(CheckpointId, Listed)> =
-            listed.into_iter().filter(|(_, l)| l.complete).collect();
-        let excess = completed.len().saturating_sub(self.retained.get());
-        let mut removed = Vec::new();
-        for (id, l) in completed.into_iter().take(excess) {
-            if id == current {
-                continue;
-            }
-            match self.delete_all(l.objects).await {
-                Ok(()) => removed.push(id),
-                Err(e) => tracing::warn!("cannot remove retired checkpoint {id}: {e}"),
-            }
-        }
-        removed
-    }
-
-    async fn load_checkpoint(
-        &self,
-        id: CheckpointId,
-        expected: Option<CheckpointId>,
-        fingerprint: &str,
+        dir: &str,
+        job_fingerprint: &str,
     ) -> Result<RestoredCheckpoint, StorageError> {
-        let meta_object = self.object(id, METADATA_FILE);
-        let (_, bytes) = self.get_framed(&meta_object, FileKind::Metadata).await?;
-        let metadata = decode_metadata(&self.display(&meta_object), &bytes, expected, fingerprint)?;
-        // The state files, fetched side by side, then checked against the metadata in order.
-        // (Loops rather than closures: a closure over a borrowed handle here keeps the boxed
-        // future from proving `Send`, rust-lang/rust#64552.)
-        let mut names: Vec<String> = Vec::new();
-        for f in &metadata.state_files {
-            names.push(f.file_name.clone());
-        }
-        for c in &metadata.coordinator_states {
-            names.push(c.file_name.clone());
-        }
-        let mut files: HashMap<String, (format::Header, Vec<u8>)> = futures::stream::iter(names)
-            .map(|name| async move {
-                let file = self
-                    .get_framed(&self.object(id, &name), FileKind::State)
-                    .await?;
-                Ok::<_, StorageError>((name, file))
-            })
-            .buffer_unordered(CONCURRENT_REQUESTS)
-            .try_collect()
-            .await?;
-        let location = self.display(&self.checkpoint_prefix(id));
-        assemble(location, metadata, |name| {
-            files.remove(name).ok_or_else(|| StorageError::Missing {
-                path: self.display(&self.object(id, name)),
-            })
-        })
+        self.inner.load_at(dir, job_fingerprint).await
     }
-
-    async fn latest(&self, fingerprint: &str) -> Result<RestoreOutcome, StorageError> {
-        let mut outcome = RestoreOutcome::default();
-        for (id, l) in self.list_checkpoints().await?.into_iter().rev() {
-            if !l.complete {
-                // Garbage of an unfinished checkpoint; a failed removal does not prevent a
-                // restore.
-                if let Err(e) = self.delete_all(l.objects).await {
-                    tracing::warn!("cannot remove incomplete checkpoint {id}: {e}");
-                }
-                outcome.skipped.push(SkippedCheckpoint {
-                    id,
-                    error: StorageError::Missing {
-                        path: self.display(&self.object(id, METADATA_FILE)),
-                    },
-                });
-            } else if outcome.restored.is_none() {
-                match self.load_checkpoint(id, Some(id), fingerprint).await {
-                    Ok(restored) => outcome.restored = Some(restored),
-                    Err(e @ StorageError::FingerprintMismatch { .. }) => return Err(e),
-                    Err(error) => {
-                        tracing::warn!("skipping checkpoint {id}: {error}");
-                        outcome.skipped.push(SkippedCheckpoint { id, error });
-                    }
-                }
-            }
-        }
-        Ok(outcome)
-    }
-}
-
-/// The checkpoint of `object` if it is `<prefix>/chk-N/<file>`, and whether the file is the
-/// metadata.
-fn checkpoint_file(object: &ObjectPath, prefix: &ObjectPath) -> Option<(CheckpointId, bool)> {
-    let mut parts = object.prefix_match(prefix)?;
-    let (dir, file) = (parts.next()?, parts.next()?);
-    if parts.next().is_some() {
-        return None;
-    }
-    let id = format::parse_checkpoint_dir_name(dir.as_ref())?;
-    Some((id, file.as_ref() == METADATA_FILE))
-}
-
-/// `objects` split into the metadata objects and the others, the order in which a checkpoint
-/// is deleted.
-fn metadata_first(objects: Vec<ObjectPath>) -> (Vec<ObjectPath>, Vec<ObjectPath>) {
-    objects
-        .into_iter()
-        .partition(|o| o.filename() == Some(METADATA_FILE))
 }
 
 impl CheckpointStorage for ObjectStoreCheckpointStorage {
     fn location(&self) -> String {
-        self.location.clone()
+        self.inner.location()
     }
 
     fn initialize(&self) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
-        Box::pin(async move {
-            let mut removed = Vec::new();
-            for (id, l) in self.list_checkpoints().await? {
-                if !l.complete {
-                    self.delete_all(l.objects).await?;
-                    removed.push(id);
-                }
-            }
-            Ok(removed)
-        })
+        self.inner.initialize()
     }
 
     fn write_state(
@@ -488,19 +323,7 @@ impl CheckpointStorage for ObjectStoreCheckpointStorage {
         subtask: SubtaskIndex,
         payload: Vec<u8>,
     ) -> BoxFuture<'_, Result<StateFileHandle, StorageError>> {
-        Box::pin(async move {
-            let file_name = format::state_file_name(node, subtask);
-            let header = self
-                .put_framed(id, &file_name, FileKind::State, &payload)
-                .await?;
-            Ok(StateFileHandle {
-                node,
-                subtask,
-                file_name,
-                length: header.len,
-                crc32: header.crc32,
-            })
-        })
+        self.inner.write_state(id, node, subtask, payload)
     }
 
     fn write_coordinator_state(
@@ -509,57 +332,29 @@ impl CheckpointStorage for ObjectStoreCheckpointStorage {
         node: NodeId,
         payload: Vec<u8>,
     ) -> BoxFuture<'_, Result<CoordinatorStateHandle, StorageError>> {
-        Box::pin(async move {
-            let file_name = format::coordinator_file_name(node);
-            let header = self
-                .put_framed(id, &file_name, FileKind::State, &payload)
-                .await?;
-            Ok(CoordinatorStateHandle {
-                node,
-                file_name,
-                length: header.len,
-                crc32: header.crc32,
-            })
-        })
+        self.inner.write_coordinator_state(id, node, payload)
     }
 
     fn complete(
         &self,
         metadata: CheckpointMetadata,
     ) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
-        Box::pin(self.complete_checkpoint(metadata))
+        self.inner.complete(metadata)
     }
 
     fn discard(&self, id: CheckpointId) -> BoxFuture<'_, Result<(), StorageError>> {
-        Box::pin(async move {
-            let objects: Vec<ObjectPath> = self
-                .store
-                .list(Some(&self.checkpoint_prefix(id)))
-                .map_ok(|m| m.location)
-                .try_collect()
-                .await
-                .map_err(|e| self.io_error("list", &self.checkpoint_prefix(id), e))?;
-            self.delete_all(objects).await
-        })
+        self.inner.discard(id)
     }
 
     fn completed(&self) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
-        Box::pin(async move {
-            Ok(self
-                .list_checkpoints()
-                .await?
-                .into_iter()
-                .filter(|(_, l)| l.complete)
-                .map(|(id, _)| id)
-                .collect())
-        })
+        self.inner.completed()
     }
 
     fn latest_valid<'a>(
         &'a self,
         job_fingerprint: &'a str,
     ) -> BoxFuture<'a, Result<RestoreOutcome, StorageError>> {
-        Box::pin(self.latest(job_fingerprint))
+        self.inner.latest_valid(job_fingerprint)
     }
 
     fn load<'a>(
@@ -567,7 +362,7 @@ impl CheckpointStorage for ObjectStoreCheckpointStorage {
         id: CheckpointId,
         job_fingerprint: &'a str,
     ) -> BoxFuture<'a, Result<RestoredCheckpoint, StorageError>> {
-        Box::pin(self.load_checkpoint(id, Some(id), job_fingerprint))
+        self.inner.load(id, job_fingerprint)
     }
 }
 

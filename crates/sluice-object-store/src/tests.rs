@@ -1,9 +1,70 @@
-//! The storage contract over an in-memory object store: round trip, retention, garbage of
-//! incomplete checkpoints, damage skipped on restore, and refusals that name the object.
+//! The storage contract over object stores: the runtime's shared suite against the in-memory
+//! and local-file stores (and S3 when `SLUICE_S3_ENDPOINT` names a server), then this crate's
+//! own cases over an in-memory store: round trip, retention, garbage of incomplete checkpoints,
+//! damage skipped on restore, and refusals that name the object.
 
 use super::*;
 use object_store::memory::InMemory;
-use sluice_runtime::storage::OperatorInfo;
+use sluice_runtime::storage::format;
+use sluice_runtime::storage::{OperatorInfo, contract};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+fn blobs_in(store: Arc<dyn ObjectStore>, prefix: &str, location: &str) -> ObjectStoreBlobs {
+    ObjectStoreBlobs::new(store, prefix, location)
+}
+
+#[test]
+fn the_layout_keeps_its_contract_in_memory() {
+    block_on(contract::check_blob_store(|| {
+        blobs_in(
+            Arc::new(InMemory::new()),
+            "checkpoints/job",
+            "memory:///checkpoints/job",
+        )
+    }));
+}
+
+#[test]
+fn the_layout_keeps_its_contract_in_local_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = AtomicU64::new(0);
+    block_on(contract::check_blob_store(|| {
+        let dir = tmp
+            .path()
+            .join(format!("store-{}", n.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("file://{}/checkpoints", dir.display());
+        let (store, prefix) = object_store::parse_url(&url::Url::parse(&url).unwrap()).unwrap();
+        blobs_in(Arc::from(store), prefix.as_ref(), &url)
+    }));
+}
+
+#[test]
+fn the_layout_keeps_its_contract_in_s3() {
+    use sluice_runtime::testing::{create_s3_bucket, required_env};
+    let Some(endpoint) = required_env("SLUICE_S3_ENDPOINT", "source .ci/s3") else {
+        return;
+    };
+    let bucket = format!("sluice-contract-{}", std::process::id());
+    create_s3_bucket(&endpoint, &bucket).unwrap();
+    let options = [
+        ("aws_endpoint", endpoint.as_str()),
+        ("aws_allow_http", "true"),
+        ("aws_access_key_id", "test"),
+        ("aws_secret_access_key", "test"),
+        ("aws_region", "us-east-1"),
+    ];
+    let n = AtomicU64::new(0);
+    block_on(contract::check_blob_store(|| {
+        let url = format!(
+            "s3://{bucket}/contract-{}",
+            n.fetch_add(1, Ordering::Relaxed)
+        );
+        let (store, prefix) =
+            object_store::parse_url_opts(&url::Url::parse(&url).unwrap(), options).unwrap();
+        blobs_in(Arc::from(store), prefix.as_ref(), &url)
+    }));
+}
 
 const JOB: &str = "job-v1";
 
@@ -104,12 +165,7 @@ fn incomplete_checkpoints_are_garbage() {
             .unwrap();
         assert_eq!(s.completed().await.unwrap(), vec![CheckpointId(1)]);
         assert_eq!(s.initialize().await.unwrap(), vec![CheckpointId(2)]);
-        assert!(
-            !s.list_checkpoints()
-                .await
-                .unwrap()
-                .contains_key(&CheckpointId(2))
-        );
+        assert!(s.blobs().list("chk-2").await.unwrap().is_empty());
         assert!(
             store
                 .head(&"checkpoints/job/notes.txt".into())
@@ -206,12 +262,7 @@ fn a_complete_checkpoint_is_not_written_again_and_a_missing_file_blocks_completi
         assert_eq!(s.completed().await.unwrap(), vec![CheckpointId(1)]);
         s.discard(CheckpointId(2)).await.unwrap();
         s.discard(CheckpointId(9)).await.unwrap();
-        assert!(
-            !s.list_checkpoints()
-                .await
-                .unwrap()
-                .contains_key(&CheckpointId(2))
-        );
+        assert!(s.blobs().list("chk-2").await.unwrap().is_empty());
     });
 }
 
@@ -238,17 +289,18 @@ fn urls_that_name_no_store_are_refused_naming_them() {
 }
 
 #[test]
-fn a_checkpoint_is_deleted_metadata_first() {
-    let objects: Vec<ObjectPath> = [
-        "p/chk-1/node-0.subtask-0.state",
-        "p/chk-1/_metadata",
-        "p/chk-1/node-0.coordinator.state",
-    ]
-    .into_iter()
-    .map(ObjectPath::from)
-    .collect();
-    let (first, rest) = metadata_first(objects);
-    assert_eq!(first, vec![ObjectPath::from("p/chk-1/_metadata")]);
-    assert_eq!(rest.len(), 2);
-    assert!(rest.iter().all(|o| o.filename() != Some(METADATA_FILE)));
+fn a_checkpoint_prefix_without_metadata_names_the_missing_object() {
+    let (s, store) = storage(3);
+    block_on(async {
+        checkpoint(&s, 1).await;
+        store
+            .delete(&"checkpoints/job/chk-1/_metadata".into())
+            .await
+            .unwrap();
+        let named = "s3://bucket/checkpoints/job/chk-1/_metadata is missing";
+        let err = s.load(CheckpointId(1), JOB).await.unwrap_err();
+        assert!(err.to_string().contains(named), "{err}");
+        let err = s.load_at("chk-1", JOB).await.unwrap_err();
+        assert!(err.to_string().contains(named), "{err}");
+    });
 }

@@ -334,6 +334,41 @@ async fn restoring_a_checkpoint_directory_without_metadata_names_the_missing_fil
     );
 }
 
+/// Issue 23: a restore from the storage directory skipped the checkpoint whose `_metadata` was
+/// deleted and also removed it, so restoring that `chk-N` by itself then said "does not exist".
+/// A restore only reads: the checkpoint stays, and restoring it names the missing file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_whose_metadata_was_deleted_stays_and_restoring_it_names_the_metadata() {
+    let storage = tempfile::tempdir().unwrap();
+    checkpoint_then_stop(storage.path()).await;
+    let chk = storage.path().join("chk-1");
+    std::fs::remove_file(chk.join("_metadata")).unwrap();
+    let metadata = chk.join("_metadata").display().to_string();
+
+    let restore = |from: &std::path::Path| {
+        let env = StreamEnvironment::new();
+        env.restore_from(from);
+        let _ = build(&env, 1e9);
+        env
+    };
+    let err = restore(storage.path())
+        .execute("from the storage")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no complete, valid checkpoint") && err.contains(&metadata),
+        "{err}"
+    );
+    assert!(chk.is_dir(), "a restore removes nothing");
+    let err = restore(&chk)
+        .execute("from the checkpoint")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&format!("{metadata} is missing")), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_job_keeps_its_graph_so_it_can_be_fixed_and_submitted_again() {
     let env = StreamEnvironment::new();

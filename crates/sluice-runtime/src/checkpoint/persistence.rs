@@ -204,8 +204,13 @@ pub(crate) async fn load_restore(
             .map_err(invalid)?;
         return decode_restored(cp);
     }
+    // A restore reads; it removes nothing (not even incomplete checkpoints), so that a
+    // checkpoint skipped here can still be restored by itself and named for what it lacks.
     let storage = LocalCheckpointStorage::new(path.to_path_buf(), std::num::NonZeroUsize::MIN);
-    let outcome = storage.latest_valid(fingerprint).await.map_err(invalid)?;
+    let outcome = storage
+        .find_latest_valid(fingerprint)
+        .await
+        .map_err(invalid)?;
     for skipped in &outcome.skipped {
         tracing::warn!(checkpoint = %skipped.id, error = %skipped.error, "skipping a damaged checkpoint");
     }

@@ -1,6 +1,6 @@
-//! The framing of checkpoint files and their names, shared by every [`CheckpointStorage`]
-//! (local directories here, object stores in `sluice-object-store`), so that a checkpoint
-//! copied between them stays readable.
+//! The framing of checkpoint files and their names, used by the one layout every
+//! [`CheckpointStorage`] backend shares (local directories, memory, object stores in
+//! `sluice-object-store`), so that a checkpoint copied between them stays readable.
 //!
 //! Every file starts with a 20-byte header: 4 magic bytes (which kind of file), the format
 //! version (u32), the payload length (u64) and the CRC32 of the payload (u32), all little-endian.

@@ -1,16 +1,15 @@
-//! Blocking file-system helpers of the local storage: framed files written by atomic rename,
-//! directory fsync, listing and removal of checkpoint directories. Only ever called from
-//! `spawn_blocking` (or from synchronous configuration code).
+//! Blocking file-system helpers of the local blob store: files written by atomic rename and
+//! fsync, reads, recursive listing, and removal that takes emptied directories with it. Only
+//! ever called from `spawn_blocking` (or from synchronous configuration code).
 
-use super::format::{self, FileKind, HEADER_LEN, Header, METADATA_FILE};
-use super::{Corruption, StorageError};
-use sluice_core::CheckpointId;
+use super::StorageError;
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A name for a temporary file next to `final_path`, unique in this process.
+/// A name for a temporary file next to `final_path`, unique in this process. It starts with a
+/// `.`, so listings never show it.
 pub(crate) fn temp_path(final_path: &Path) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -21,71 +20,53 @@ pub(crate) fn temp_path(final_path: &Path) -> PathBuf {
     final_path.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id()))
 }
 
-/// Writes `payload` with its header to `final_path`: to a temporary file first, fsynced, then
-/// renamed over `final_path`. The caller fsyncs the directory to make the rename durable.
-/// Returns the payload's length and checksum.
-pub(crate) fn write_framed(
-    final_path: &Path,
-    kind: FileKind,
-    payload: &[u8],
-) -> Result<Header, StorageError> {
-    let header = format::header_of(payload);
-    let tmp = temp_path(final_path);
+/// Whether a directory entry is one of ours that no listing shows (a temporary file).
+fn hidden(name: &str) -> bool {
+    name.starts_with('.')
+}
+
+/// Writes `bytes` to `path` durably: the directory is created if needed (and its creation
+/// made durable), the bytes go to a temporary file that is fsynced and renamed over `path`,
+/// and the directory is fsynced so that the rename is durable too.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    if let Some(dir) = path.parent().filter(|d| !d.is_dir()) {
+        fs::create_dir_all(dir).map_err(|e| StorageError::io("create directory", dir, e))?;
+        // The new directory's entry in its parent (`""` for a relative one: the working
+        // directory).
+        match dir.parent() {
+            Some(parent) if parent.as_os_str().is_empty() => sync_dir(Path::new("."))?,
+            Some(parent) => sync_dir(parent)?,
+            None => {}
+        }
+    }
+    let tmp = temp_path(path);
     let result = (|| {
         let mut file = File::create(&tmp).map_err(|e| StorageError::io("create", &tmp, e))?;
-        file.write_all(&format::encode_header(kind, header))
-            .and_then(|()| file.write_all(payload))
+        file.write_all(bytes)
             .map_err(|e| StorageError::io("write", &tmp, e))?;
         file.sync_all()
             .map_err(|e| StorageError::io("fsync", &tmp, e))?;
-        fs::rename(&tmp, final_path).map_err(|e| StorageError::io("rename into", final_path, e))
+        fs::rename(&tmp, path).map_err(|e| StorageError::io("rename into", path, e))
     })();
     if result.is_err() {
         // Best effort: the temporary file is garbage either way and goes with its directory.
         let _ = fs::remove_file(&tmp);
     }
-    result.map(|()| header)
+    result?;
+    match path.parent() {
+        Some(dir) => sync_dir(dir),
+        None => Ok(()),
+    }
 }
 
-/// Reads a framed file and checks its header and checksum. A file that does not exist is
-/// [`StorageError::Missing`]; a damaged one is [`StorageError::Corrupt`].
-pub(crate) fn read_framed(path: &Path, kind: FileKind) -> Result<(Header, Vec<u8>), StorageError> {
-    let corrupt = |reason| StorageError::Corrupt {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let mut file = File::open(path).map_err(|e| match e.kind() {
+/// The content of the file at `path`; [`StorageError::Missing`] if there is none.
+pub(crate) fn read(path: &Path) -> Result<Vec<u8>, StorageError> {
+    fs::read(path).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => StorageError::Missing {
             path: path.to_path_buf(),
         },
-        _ => StorageError::io("open", path, e),
-    })?;
-    let file_len = file
-        .metadata()
-        .map_err(|e| StorageError::io("stat", path, e))?
-        .len();
-    if file_len < HEADER_LEN as u64 {
-        return Err(corrupt(Corruption::TooShort {
-            len: file_len,
-            header: HEADER_LEN as u64,
-        }));
-    }
-    let mut raw = [0u8; HEADER_LEN];
-    file.read_exact(&mut raw)
-        .map_err(|e| StorageError::io("read", path, e))?;
-    let header = format::check_header(kind, &raw, file_len).map_err(corrupt)?;
-    // The length matches the file's real size, so this allocation is bounded by it.
-    let len = usize::try_from(header.len).map_err(|_| {
-        corrupt(Corruption::Inconsistent(format!(
-            "payload of {} bytes does not fit in memory",
-            header.len
-        )))
-    })?;
-    let mut payload = vec![0u8; len];
-    file.read_exact(&mut payload)
-        .map_err(|e| StorageError::io("read", path, e))?;
-    format::check_payload(header, &payload).map_err(corrupt)?;
-    Ok((header, payload))
+        _ => StorageError::io("read", path, e),
+    })
 }
 
 /// Makes the entries of directory `dir` (creations, renames, removals) durable.
@@ -103,55 +84,72 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
     }
 }
 
-/// One checkpoint directory found under the base directory.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Listed {
-    pub(crate) id: CheckpointId,
-    pub(crate) dir: PathBuf,
-    /// Whether its metadata file exists.
-    pub(crate) complete: bool,
-}
-
-/// The checkpoint directories under `base`, oldest first. A missing `base` has none.
-pub(crate) fn list_checkpoints(base: &Path) -> Result<Vec<Listed>, StorageError> {
-    let entries = match fs::read_dir(base) {
+/// The files below `dir`, as keys (`/`-separated, starting with `key_prefix`), hidden ones
+/// left out. A `dir` that does not exist has none.
+pub(crate) fn list_files(
+    dir: &Path,
+    key_prefix: &str,
+    out: &mut Vec<String>,
+) -> Result<(), StorageError> {
+    let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(StorageError::io("list", base, e)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StorageError::io("list", dir, e)),
     };
-    let mut out = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| StorageError::io("list", base, e))?;
-        let Some(id) = entry
-            .file_name()
-            .to_str()
-            .and_then(format::parse_checkpoint_dir_name)
-        else {
+        let entry = entry.map_err(|e| StorageError::io("list", dir, e))?;
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str().filter(|n| !hidden(n)) else {
             continue;
         };
-        let dir = entry.path();
-        if !dir.is_dir() {
-            continue;
+        let key = super::blob::join_key(key_prefix, name);
+        let kind = entry
+            .file_type()
+            .map_err(|e| StorageError::io("inspect", entry.path(), e))?;
+        if kind.is_dir() {
+            list_files(&entry.path(), &key, out)?;
+        } else if kind.is_file() || entry.path().is_file() {
+            out.push(key);
         }
-        let complete = dir.join(METADATA_FILE).exists();
-        out.push(Listed { id, dir, complete });
     }
-    out.sort_by_key(|l| l.id);
-    Ok(out)
+    Ok(())
 }
 
-/// Removes a checkpoint directory, its metadata first so that an interrupted removal leaves an
-/// incomplete checkpoint (garbage) rather than a complete one with missing files.
-pub(crate) fn remove_checkpoint(dir: &Path) -> Result<(), StorageError> {
-    let meta = dir.join(METADATA_FILE);
-    match fs::remove_file(&meta) {
+/// Removes the file at `path` (one that does not exist is not an error), then every directory
+/// between it and `root` that holds nothing visible any more.
+pub(crate) fn remove_file(root: &Path, path: &Path) -> Result<(), StorageError> {
+    match fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(StorageError::io("remove", meta, e)),
+        Err(e) => return Err(StorageError::io("remove", path, e)),
     }
-    match fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(StorageError::io("remove", dir, e)),
+    let mut dir = path.parent();
+    while let Some(d) = dir.filter(|d| *d != root && d.starts_with(root)) {
+        if !holds_nothing_visible(d)? {
+            break;
+        }
+        match fs::remove_dir_all(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StorageError::io("remove", d, e)),
+        }
+        dir = d.parent();
     }
+    Ok(())
+}
+
+/// Whether `dir` holds nothing but hidden entries (or is gone already).
+fn holds_nothing_visible(dir: &Path) -> Result<bool, StorageError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(StorageError::io("list", dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| StorageError::io("list", dir, e))?;
+        if !entry.file_name().to_str().is_some_and(hidden) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }

@@ -1,15 +1,15 @@
-//! Checkpoint storage on the local file system: `<base>/chk-N/`, one file per operator subtask,
-//! and `<base>/chk-N/_metadata` written last by atomic rename.
+//! Checkpoint storage on the local file system: [`LocalBlobStore`], the [`BlobStore`] over a
+//! directory (every put an atomic, fsynced rename), and [`LocalCheckpointStorage`], the
+//! checkpoint layout over it (`<base>/chk-N/`, one file per operator subtask,
+//! `<base>/chk-N/_metadata` put last). Also the checks of a path given by a user: a directory to
+//! hold checkpoints, a path to restore from.
 
-use super::format::{self, FileKind, METADATA_FILE};
-use super::fs::{self as sfs, Listed};
-use super::verify::{assemble, decode_metadata};
-use super::{
-    CheckpointMetadata, CheckpointStorage, CoordinatorStateHandle, RestoreOutcome,
-    RestoredCheckpoint, SkippedCheckpoint, StateFileHandle, StorageError,
-};
+use super::blob::BlobStore;
+use super::format::{self, METADATA_FILE};
+use super::fs as sfs;
+use super::{BlobCheckpointStorage, RestoredCheckpoint, StorageError};
 use futures::future::BoxFuture;
-use sluice_core::{CheckpointId, NodeId, SubtaskIndex, codec};
+use sluice_core::CheckpointId;
 use std::fs::{self, File};
 use std::io::Write;
 use std::num::NonZeroUsize;
@@ -113,146 +113,104 @@ pub fn restore_path_kind(path: &Path) -> Result<RestorePathKind, StorageError> {
     }
 }
 
-/// Checkpoint storage in a local directory. See the [module documentation](super) for the
-/// layout and an example.
-///
-/// Every method does its file I/O on tokio's blocking pool, so it must be awaited inside a tokio
-/// runtime and never blocks a worker.
+/// Blobs as files below a directory: key `chk-7/_metadata` is the file
+/// `<root>/chk-7/_metadata`. Every put writes a temporary file, fsyncs it, renames it into
+/// place and fsyncs the directory, so a reader sees a whole file or none and a returned put is
+/// durable. Every method does its file I/O on tokio's blocking pool, so it must be awaited
+/// inside a tokio runtime and never blocks a worker.
 #[derive(Clone, Debug)]
-pub struct LocalCheckpointStorage {
-    base: PathBuf,
-    retained: NonZeroUsize,
+pub struct LocalBlobStore {
+    root: PathBuf,
 }
 
-impl LocalCheckpointStorage {
-    /// Storage under `base` that keeps the last `retained` completed checkpoints. Does no I/O;
-    /// see [`validate_directory`] and [`CheckpointStorage::initialize`].
-    pub fn new(base: impl Into<PathBuf>, retained: NonZeroUsize) -> Self {
-        LocalCheckpointStorage {
-            base: base.into(),
-            retained,
+impl LocalBlobStore {
+    /// Blobs below `root` (created by the first put). Does no I/O.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        LocalBlobStore { root: root.into() }
+    }
+
+    /// The directory the blobs live in.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn file(&self, key: &str) -> PathBuf {
+        if key.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(key)
         }
+    }
+}
+
+impl BlobStore for LocalBlobStore {
+    fn location(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    fn path_of(&self, key: &str) -> PathBuf {
+        self.file(key)
+    }
+
+    fn put<'a>(&'a self, key: &'a str, bytes: Vec<u8>) -> BoxFuture<'a, Result<(), StorageError>> {
+        let path = self.file(key);
+        Box::pin(blocking(move || sfs::write_atomically(&path, &bytes)))
+    }
+
+    fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Vec<u8>, StorageError>> {
+        let path = self.file(key);
+        Box::pin(blocking(move || sfs::read(&path)))
+    }
+
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<String>, StorageError>> {
+        let (dir, prefix) = (self.file(prefix), prefix.to_owned());
+        Box::pin(blocking(move || {
+            let mut keys = Vec::new();
+            sfs::list_files(&dir, &prefix, &mut keys)?;
+            Ok(keys)
+        }))
+    }
+
+    fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>> {
+        let (root, path) = (self.root.clone(), self.file(key));
+        Box::pin(blocking(move || sfs::remove_file(&root, &path)))
+    }
+}
+
+/// Checkpoint storage in a local directory: the checkpoint layout over a [`LocalBlobStore`].
+/// See the [module documentation](super) for the layout and an example.
+pub type LocalCheckpointStorage = BlobCheckpointStorage<LocalBlobStore>;
+
+impl BlobCheckpointStorage<LocalBlobStore> {
+    /// Storage under `base` that keeps the last `retained` completed checkpoints. Does no I/O;
+    /// see [`validate_directory`] and
+    /// [`CheckpointStorage::initialize`](super::CheckpointStorage::initialize).
+    pub fn new(base: impl Into<PathBuf>, retained: NonZeroUsize) -> Self {
+        BlobCheckpointStorage::over(LocalBlobStore::new(base), retained)
     }
 
     /// The base directory.
     pub fn base(&self) -> &Path {
-        &self.base
-    }
-
-    /// How many completed checkpoints are kept.
-    pub fn retained(&self) -> NonZeroUsize {
-        self.retained
+        self.blobs().root()
     }
 
     /// The directory of checkpoint `id`.
     pub fn checkpoint_dir(&self, id: CheckpointId) -> PathBuf {
-        self.base.join(format::checkpoint_dir_name(id))
+        self.base().join(format::checkpoint_dir_name(id))
     }
 
     /// Reads and verifies the checkpoint in directory `dir` (a `chk-N` directory, wherever it
-    /// is). Unlike [`CheckpointStorage::latest_valid`] it never falls back: any missing or
-    /// damaged file is the error, naming that file.
+    /// is and whatever it is called). Unlike
+    /// [`CheckpointStorage::latest_valid`](super::CheckpointStorage::latest_valid) it never
+    /// falls back: any missing or damaged file, the `_metadata` included, is the error, naming
+    /// that file.
     pub async fn load_dir(
         dir: impl Into<PathBuf>,
         job_fingerprint: &str,
     ) -> Result<RestoredCheckpoint, StorageError> {
-        let dir = dir.into();
-        let fingerprint = job_fingerprint.to_owned();
-        blocking(move || load_sync(&dir, None, &fingerprint)).await
-    }
-}
-
-impl CheckpointStorage for LocalCheckpointStorage {
-    fn location(&self) -> String {
-        self.base.display().to_string()
-    }
-
-    fn initialize(&self) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
-        let base = self.base.clone();
-        Box::pin(blocking(move || initialize_sync(&base)))
-    }
-
-    fn write_state(
-        &self,
-        id: CheckpointId,
-        node: NodeId,
-        subtask: SubtaskIndex,
-        payload: Vec<u8>,
-    ) -> BoxFuture<'_, Result<StateFileHandle, StorageError>> {
-        let dir = self.checkpoint_dir(id);
-        Box::pin(blocking(move || {
-            let file_name = format::state_file_name(node, subtask);
-            let header = write_state_sync(&dir, &file_name, &payload)?;
-            Ok(StateFileHandle {
-                node,
-                subtask,
-                file_name,
-                length: header.len,
-                crc32: header.crc32,
-            })
-        }))
-    }
-
-    fn write_coordinator_state(
-        &self,
-        id: CheckpointId,
-        node: NodeId,
-        payload: Vec<u8>,
-    ) -> BoxFuture<'_, Result<CoordinatorStateHandle, StorageError>> {
-        let dir = self.checkpoint_dir(id);
-        Box::pin(blocking(move || {
-            let file_name = format::coordinator_file_name(node);
-            let header = write_state_sync(&dir, &file_name, &payload)?;
-            Ok(CoordinatorStateHandle {
-                node,
-                file_name,
-                length: header.len,
-                crc32: header.crc32,
-            })
-        }))
-    }
-
-    fn complete(
-        &self,
-        metadata: CheckpointMetadata,
-    ) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
-        let this = self.clone();
-        Box::pin(blocking(move || this.complete_sync(&metadata)))
-    }
-
-    fn discard(&self, id: CheckpointId) -> BoxFuture<'_, Result<(), StorageError>> {
-        let dir = self.checkpoint_dir(id);
-        Box::pin(blocking(move || sfs::remove_checkpoint(&dir)))
-    }
-
-    fn completed(&self) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
-        let base = self.base.clone();
-        Box::pin(blocking(move || {
-            Ok(sfs::list_checkpoints(&base)?
-                .into_iter()
-                .filter(|l| l.complete)
-                .map(|l| l.id)
-                .collect())
-        }))
-    }
-
-    fn latest_valid<'a>(
-        &'a self,
-        job_fingerprint: &'a str,
-    ) -> BoxFuture<'a, Result<RestoreOutcome, StorageError>> {
-        let base = self.base.clone();
-        let fingerprint = job_fingerprint.to_owned();
-        Box::pin(blocking(move || latest_valid_sync(&base, &fingerprint)))
-    }
-
-    fn load<'a>(
-        &'a self,
-        id: CheckpointId,
-        job_fingerprint: &'a str,
-    ) -> BoxFuture<'a, Result<RestoredCheckpoint, StorageError>> {
-        let dir = self.checkpoint_dir(id);
-        let fingerprint = job_fingerprint.to_owned();
-        Box::pin(blocking(move || load_sync(&dir, Some(id), &fingerprint)))
+        BlobCheckpointStorage::over(LocalBlobStore::new(dir), NonZeroUsize::MIN)
+            .load_at("", job_fingerprint)
+            .await
     }
 }
 
@@ -265,126 +223,4 @@ where
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| StorageError::Background(e.to_string()))?
-}
-
-fn initialize_sync(base: &Path) -> Result<Vec<CheckpointId>, StorageError> {
-    fs::create_dir_all(base).map_err(|source| StorageError::NotWritable {
-        path: base.to_path_buf(),
-        source,
-    })?;
-    let mut removed = Vec::new();
-    for l in sfs::list_checkpoints(base)? {
-        if !l.complete {
-            sfs::remove_checkpoint(&l.dir)?;
-            removed.push(l.id);
-        }
-    }
-    Ok(removed)
-}
-
-/// Writes one state file of an incomplete checkpoint; returns its header.
-fn write_state_sync(
-    dir: &Path,
-    file_name: &str,
-    payload: &[u8],
-) -> Result<format::Header, StorageError> {
-    if dir.join(METADATA_FILE).exists() {
-        return Err(StorageError::AlreadyComplete {
-            path: dir.to_path_buf(),
-        });
-    }
-    fs::create_dir_all(dir).map_err(|e| StorageError::io("create directory", dir, e))?;
-    sfs::write_framed(&dir.join(file_name), FileKind::State, payload)
-}
-
-impl LocalCheckpointStorage {
-    fn complete_sync(
-        &self,
-        metadata: &CheckpointMetadata,
-    ) -> Result<Vec<CheckpointId>, StorageError> {
-        metadata.check().map_err(StorageError::InvalidMetadata)?;
-        let id = metadata.checkpoint_id;
-        let dir = self.checkpoint_dir(id);
-        let meta_path = dir.join(METADATA_FILE);
-        if meta_path.exists() {
-            return Err(StorageError::AlreadyComplete { path: dir });
-        }
-        fs::create_dir_all(&dir).map_err(|e| StorageError::io("create directory", &dir, e))?;
-        let files = metadata.state_files.iter().map(|f| &f.file_name);
-        for name in files.chain(metadata.coordinator_states.iter().map(|c| &c.file_name)) {
-            let path = dir.join(name);
-            if !path.is_file() {
-                return Err(StorageError::Missing { path });
-            }
-        }
-        // The state files' renames become durable before the metadata can.
-        sfs::sync_dir(&dir)?;
-        let bytes = codec::encode(metadata)?;
-        sfs::write_framed(&meta_path, FileKind::Metadata, &bytes)?;
-        sfs::sync_dir(&dir)?;
-        sfs::sync_dir(&self.base)?;
-        Ok(self.apply_retention(id))
-    }
-
-    /// Removes the completed checkpoints beyond the newest `retained` (never `current`).
-    /// Failures are logged, not returned: the new checkpoint is complete either way.
-    fn apply_retention(&self, current: CheckpointId) -> Vec<CheckpointId> {
-        let completed: Vec<Listed> = match sfs::list_checkpoints(&self.base) {
-            Ok(listed) => listed.into_iter().filter(|l| l.complete).collect(),
-            Err(e) => {
-                tracing::warn!("checkpoint retention skipped: {e}");
-                return Vec::new();
-            }
-        };
-        let excess = completed.len().saturating_sub(self.retained.get());
-        let mut removed = Vec::new();
-        for l in completed.iter().take(excess).filter(|l| l.id != current) {
-            match sfs::remove_checkpoint(&l.dir) {
-                Ok(()) => removed.push(l.id),
-                Err(e) => tracing::warn!("cannot remove retired checkpoint {}: {e}", l.id),
-            }
-        }
-        removed
-    }
-}
-
-fn latest_valid_sync(base: &Path, fingerprint: &str) -> Result<RestoreOutcome, StorageError> {
-    let mut outcome = RestoreOutcome::default();
-    for l in sfs::list_checkpoints(base)?.into_iter().rev() {
-        if !l.complete {
-            // Garbage of an unfinished checkpoint; a failed removal does not prevent a restore.
-            if let Err(e) = sfs::remove_checkpoint(&l.dir) {
-                tracing::warn!("cannot remove incomplete checkpoint {}: {e}", l.id);
-            }
-            outcome.skipped.push(SkippedCheckpoint {
-                id: l.id,
-                error: StorageError::Missing {
-                    path: l.dir.join(METADATA_FILE),
-                },
-            });
-        } else if outcome.restored.is_none() {
-            match load_sync(&l.dir, Some(l.id), fingerprint) {
-                Ok(restored) => outcome.restored = Some(restored),
-                Err(e @ StorageError::FingerprintMismatch { .. }) => return Err(e),
-                Err(error) => {
-                    tracing::warn!("skipping checkpoint {}: {error}", l.id);
-                    outcome.skipped.push(SkippedCheckpoint { id: l.id, error });
-                }
-            }
-        }
-    }
-    Ok(outcome)
-}
-
-fn load_sync(
-    dir: &Path,
-    expected_id: Option<CheckpointId>,
-    fingerprint: &str,
-) -> Result<RestoredCheckpoint, StorageError> {
-    let meta_path = dir.join(METADATA_FILE);
-    let (_, bytes) = sfs::read_framed(&meta_path, FileKind::Metadata)?;
-    let metadata = decode_metadata(&meta_path, &bytes, expected_id, fingerprint)?;
-    assemble(dir.to_path_buf(), metadata, |file_name| {
-        sfs::read_framed(&dir.join(file_name), FileKind::State)
-    })
 }

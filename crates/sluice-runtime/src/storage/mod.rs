@@ -1,29 +1,38 @@
 //! Checkpoint storage: where the state of a checkpoint is written, verified and read back.
 //!
 //! A checkpoint N is one state file per (operator, subtask), whose payload is opaque bytes, plus
-//! a metadata file written **last** by atomic rename (write a temporary file, fsync, rename, fsync
-//! the directory). The metadata ([`CheckpointMetadata`]) records the job fingerprint, the
-//! checkpoint id, its timestamp, every operator's parallelism and max parallelism, and each state
-//! file's name, length and CRC32. A checkpoint without metadata is incomplete and is garbage.
+//! a metadata file written **last**. The metadata ([`CheckpointMetadata`]) records the job
+//! fingerprint, the checkpoint id, its timestamp, every operator's parallelism and max
+//! parallelism, and each state file's name, length and CRC32. A checkpoint without metadata is
+//! incomplete and is garbage.
 //!
-//! [`CheckpointStorage`] is the interface the job master uses, so that object stores (for example
-//! through the `object_store` crate) can come later. Its methods are asynchronous and return
-//! boxed futures (the trait is object safe: `Arc<dyn CheckpointStorage>`); implementations must
-//! not block the calling tokio worker. [`LocalCheckpointStorage`] does its blocking file I/O on
-//! tokio's blocking pool (`spawn_blocking`) and lays checkpoints out as:
+//! Two levels, so that the layout is written once:
+//! - [`CheckpointStorage`] is the interface the job master and task managers use. Its methods
+//!   are asynchronous and return boxed futures (the trait is object safe:
+//!   `Arc<dyn CheckpointStorage>`); implementations must not block the calling tokio worker.
+//! - [`BlobStore`] (`blob.rs`) is what a backend implements: put, get, list and delete of whole
+//!   blobs by key. [`BlobCheckpointStorage`] (`layout.rs`) is the [`CheckpointStorage`] over any
+//!   of them: the layout, the framing ([`format`](mod@format)), the checks on read back (`verify.rs`), the
+//!   newest-valid fallback and retention. The backends: [`LocalBlobStore`] (`local.rs`, a
+//!   directory; [`LocalCheckpointStorage`] is the layout over it), [`MemoryBlobStore`]
+//!   (`memory.rs`), and object stores in `sluice-object-store`.
+//!
+//! The layout, in any of them:
 //!
 //! ```text
 //! <base>/chk-7/node-0.subtask-0.state   20-byte header (magic, version, length, CRC32) + payload
 //! <base>/chk-7/node-0.subtask-1.state
 //! <base>/chk-7/node-2.coordinator.state  the state of operator 2's coordinator
-//! <base>/chk-7/_metadata                same header + the postcard-encoded metadata
+//! <base>/chk-7/_metadata                same header + the postcard-encoded metadata, put last
 //! ```
 //!
-//! Only the last K completed checkpoints are retained. On restore,
-//! [`latest_valid`](CheckpointStorage::latest_valid) verifies checkpoints from newest to oldest
-//! and returns the newest intact one, reporting every skipped checkpoint with an error that names
-//! the bad file; [`load`](CheckpointStorage::load) and [`LocalCheckpointStorage::load_dir`]
-//! restore one given checkpoint and fail instead of falling back.
+//! Only the last K completed checkpoints are retained; a checkpoint is deleted metadata first,
+//! so that a deletion cut short leaves an incomplete checkpoint, never a complete one with files
+//! missing. On restore, [`latest_valid`](CheckpointStorage::latest_valid) verifies checkpoints
+//! from newest to oldest and returns the newest intact one, reporting every skipped checkpoint
+//! with an error that names the bad file; [`load`](CheckpointStorage::load) and
+//! [`LocalCheckpointStorage::load_dir`] restore one given checkpoint and fail instead of
+//! falling back.
 //!
 //! ```
 //! use sluice_core::{CheckpointId, NodeId};
@@ -59,22 +68,31 @@
 //! });
 //! ```
 
+mod blob;
+#[cfg(any(test, feature = "testing"))]
+pub mod contract;
 mod error;
 pub mod format;
 mod fs;
+mod layout;
 mod local;
+mod memory;
 mod metadata;
 #[cfg(test)]
 mod tests;
 mod verify;
 
+pub use blob::BlobStore;
 pub use error::{Corruption, StorageError};
-pub use local::{LocalCheckpointStorage, RestorePathKind, restore_path_kind, validate_directory};
+pub use layout::BlobCheckpointStorage;
+pub use local::{
+    LocalBlobStore, LocalCheckpointStorage, RestorePathKind, restore_path_kind, validate_directory,
+};
+pub use memory::MemoryBlobStore;
 pub use metadata::{
     CheckpointMetadata, CoordinatorStateHandle, OperatorInfo, RestoreOutcome, RestoredCheckpoint,
     SkippedCheckpoint, StateFileHandle,
 };
-pub use verify::{assemble, decode_metadata};
 
 use futures::future::BoxFuture;
 use sluice_core::{CheckpointId, NodeId, SubtaskIndex};
@@ -94,8 +112,7 @@ pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
     /// Where the checkpoints live, for people (printed when a job starts).
     fn location(&self) -> String;
 
-    /// Prepares the storage for a run: creates the location if needed and removes incomplete
-    /// checkpoints. Returns the ids removed.
+    /// Prepares the storage for a run: removes incomplete checkpoints. Returns the ids removed.
     fn initialize(&self) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>>;
 
     /// Stores the state of one operator subtask for checkpoint `id` and returns the handle to

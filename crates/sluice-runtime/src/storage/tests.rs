@@ -1,4 +1,6 @@
-//! Tests of the local checkpoint storage against real files in a temporary directory.
+//! Tests of the local checkpoint storage against real files in a temporary directory, the
+//! shared contract (`contract.rs`) over memory and the local disk, and a property test of
+//! retention and fallback over memory.
 
 use super::format::{HEADER_LEN, METADATA_FILE, state_file_name};
 use super::*;
@@ -629,4 +631,73 @@ async fn coordinator_states_have_their_own_section_and_a_missing_one_is_named() 
     std::fs::remove_file(s.checkpoint_dir(id).join(&coordinator.file_name)).unwrap();
     let err = s.load(id, FP).await.unwrap_err().to_string();
     assert!(err.contains(&coordinator.file_name), "{err}");
+}
+
+#[tokio::test]
+async fn the_layout_keeps_its_contract_in_memory() {
+    contract::check_blob_store(MemoryBlobStore::new).await;
+}
+
+#[tokio::test]
+async fn the_layout_keeps_its_contract_on_the_local_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut n = 0;
+    contract::check_blob_store(|| {
+        n += 1;
+        LocalBlobStore::new(tmp.path().join(format!("store-{n}")))
+    })
+    .await;
+}
+
+proptest::proptest! {
+    /// Whatever checkpoints complete and whichever of them are damaged afterwards: retention
+    /// keeps exactly the newest K, and a restore returns the newest intact one of those,
+    /// skipping exactly the damaged ones newer than it, newest first.
+    #[test]
+    fn retention_and_fallback_hold_for_any_history(
+        retained in 1usize..5,
+        count in 1u64..10,
+        damaged in proptest::collection::btree_set(1u64..10, 0..6),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let s = BlobCheckpointStorage::over(
+                MemoryBlobStore::new(),
+                NonZeroUsize::new(retained).unwrap(),
+            );
+            for id in 1..=count {
+                let id = CheckpointId(id);
+                let f = s.write_state(id, NodeId(0), 0, payload(id.0, 0, 0)).await.unwrap();
+                let ops = vec![OperatorInfo { node: NodeId(0), parallelism: 1, max_parallelism: 8 }];
+                let meta = CheckpointMetadata {
+                    job_fingerprint: FP.into(),
+                    checkpoint_id: id,
+                    timestamp_ms: 0,
+                    operators: ops,
+                    state_files: vec![f],
+                    coordinator_states: vec![],
+                };
+                s.complete(meta).await.unwrap();
+            }
+            let kept: Vec<u64> = (count.saturating_sub(retained as u64) + 1..=count).collect();
+            let completed: Vec<u64> = s.completed().await.unwrap().iter().map(|c| c.0).collect();
+            assert_eq!(completed, kept);
+            for &id in damaged.iter().filter(|id| kept.contains(id)) {
+                s.blobs().put(&format!("chk-{id}/{}", state_file_name(NodeId(0), 0)), b"junk".to_vec())
+                    .await
+                    .unwrap();
+            }
+            let outcome = s.latest_valid(FP).await.unwrap();
+            let intact = kept.iter().rev().copied().find(|id| !damaged.contains(id));
+            assert_eq!(outcome.restored.map(|r| r.id().0), intact);
+            let skipped: Vec<u64> = outcome.skipped.iter().map(|sk| sk.id.0).collect();
+            let expected: Vec<u64> = kept
+                .iter()
+                .rev()
+                .copied()
+                .take_while(|id| Some(*id) != intact)
+                .collect();
+            assert_eq!(skipped, expected);
+        });
+    }
 }

@@ -1,8 +1,8 @@
 //! Reading a checkpoint back, as pure checks over bytes already read: the metadata decoded and
-//! checked against the job, then every state file it lists checked against the metadata. Every
-//! storage reads its files its own way (blocking file reads, object-store requests) and hands
-//! the bytes to these two functions, so that all of them refuse the same damage with the same
-//! errors.
+//! checked against the job, then every state file it lists checked against the metadata. The
+//! layout (`layout.rs`) reads the blobs from whatever [`BlobStore`](super::BlobStore) it runs
+//! over and hands the bytes to these two functions, so that every backend refuses the same
+//! damage with the same errors.
 
 use super::format::Header;
 use super::{CheckpointMetadata, Corruption, RestoredCheckpoint, StorageError};
@@ -13,27 +13,7 @@ use std::path::{Path, PathBuf};
 /// Decodes the metadata payload read from `meta_path` and checks it: written by the job with
 /// `fingerprint`, of checkpoint `expected_id` (when the caller knows which one it asked for),
 /// and consistent in itself.
-///
-/// ```
-/// use sluice_core::CheckpointId;
-/// use sluice_runtime::storage::{CheckpointMetadata, StorageError, decode_metadata};
-/// use std::path::Path;
-///
-/// let metadata = CheckpointMetadata {
-///     job_fingerprint: "job-v1".into(),
-///     checkpoint_id: CheckpointId(3),
-///     timestamp_ms: 0,
-///     operators: vec![],
-///     state_files: vec![],
-///     coordinator_states: vec![],
-/// };
-/// let bytes = sluice_core::codec::encode(&metadata).unwrap();
-/// let path = Path::new("s3://bucket/chk-3/_metadata");
-/// assert!(decode_metadata(path, &bytes, Some(CheckpointId(3)), "job-v1").is_ok());
-/// let other_job = decode_metadata(path, &bytes, None, "job-v2").unwrap_err();
-/// assert!(matches!(other_job, StorageError::FingerprintMismatch { .. }));
-/// ```
-pub fn decode_metadata(
+pub(crate) fn decode_metadata(
     meta_path: &Path,
     payload: &[u8],
     expected_id: Option<CheckpointId>,
@@ -69,7 +49,7 @@ pub fn decode_metadata(
 /// the metadata lists is read by `read` (its file name → the header and payload, whose
 /// framing and checksum `read` has checked) and must have the length and checksum the metadata
 /// recorded.
-pub fn assemble(
+pub(crate) fn assemble(
     location: PathBuf,
     metadata: CheckpointMetadata,
     mut read: impl FnMut(&str) -> Result<(Header, Vec<u8>), StorageError>,
@@ -104,4 +84,40 @@ pub fn assemble(
         states,
         coordinator_states,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::CheckpointId;
+
+    #[test]
+    fn metadata_of_another_job_or_checkpoint_is_refused() {
+        let metadata = CheckpointMetadata {
+            job_fingerprint: "job-v1".into(),
+            checkpoint_id: CheckpointId(3),
+            timestamp_ms: 0,
+            operators: vec![],
+            state_files: vec![],
+            coordinator_states: vec![],
+        };
+        let bytes = codec::encode(&metadata).unwrap();
+        let path = Path::new("s3://bucket/chk-3/_metadata");
+        assert!(decode_metadata(path, &bytes, Some(CheckpointId(3)), "job-v1").is_ok());
+        let other_job = decode_metadata(path, &bytes, None, "job-v2").unwrap_err();
+        assert!(matches!(
+            other_job,
+            StorageError::FingerprintMismatch { .. }
+        ));
+        let other_id = decode_metadata(path, &bytes, Some(CheckpointId(4)), "job-v1").unwrap_err();
+        assert!(matches!(
+            other_id,
+            StorageError::Corrupt {
+                reason: Corruption::Inconsistent(_),
+                ..
+            }
+        ));
+        let garbage = decode_metadata(path, b"\xff\xff", None, "job-v1").unwrap_err();
+        assert_eq!(garbage.path(), Some(path));
+    }
 }
