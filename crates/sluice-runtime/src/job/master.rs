@@ -20,7 +20,6 @@
 
 use crate::checkpoint::persistence::{CheckpointRun, load_latest, load_restore};
 use crate::checkpoint::{CheckpointPlanner, CompletedCheckpoint};
-use crate::cluster::RemoteTasks;
 use crate::error::{JobError, TaskError};
 use crate::failover::{
     FailoverStrategy, FailureHistory, Regions, RestartDecision, RestartStrategy,
@@ -32,7 +31,8 @@ use crate::job::attempt::{
 };
 use crate::job::coordination::{Coordinators, reported_failure};
 use crate::job::deploy::{
-    DeployInputs, DeployedTask, Deployment, MasterChannels, MetricsRegistry, Restore, Scope, deploy,
+    DeployInputs, DeployedTask, Deployer, Deployment, MasterChannels, MetricsRegistry, Scope,
+    deploy,
 };
 use crate::job::plan::Plan;
 use crate::job::status::TaskState;
@@ -66,12 +66,13 @@ pub(crate) struct JobSpec {
     /// Whether to restore the newest valid checkpoint of the job's own checkpoint storage, if
     /// it holds one, before the first attempt.
     pub(crate) resume_latest: bool,
-    /// In cluster mode: the stand-ins that run every task on task managers.
-    pub(crate) remote: Option<Arc<RemoteTasks>>,
+    /// What builds the tasks: here, or stand-ins for tasks on task managers in cluster mode.
+    pub(crate) deployer: Arc<dyn Deployer>,
 }
 
 impl JobSpec {
-    /// Deploys the tasks in `scope`: here, or on task managers in cluster mode.
+    /// Deploys the tasks in `scope` through the job's deployer: here, or on task managers in
+    /// cluster mode.
     fn deploy(
         &self,
         inputs: &DeployInputs<'_>,
@@ -79,10 +80,7 @@ impl JobSpec {
         attempt: AttemptNumber,
         restore: Option<&CompletedCheckpoint>,
     ) -> Result<Deployment, JobError> {
-        match &self.remote {
-            Some(remote) => remote.deploy(inputs, scope, attempt, restore),
-            None => deploy(inputs, scope, attempt, Restore::Checkpoint(restore)),
-        }
+        deploy(self.deployer.as_ref(), inputs, scope, attempt, restore)
     }
 }
 
@@ -629,7 +627,7 @@ impl AttemptContext<'_> {
         let set = std::mem::take(&mut io.running.set);
         let end = match end {
             AttemptEnd::TaskFailed(e) => {
-                let grace = spec.remote.as_ref().map(|_| REMOTE_ROOT_CAUSE_GRACE);
+                let grace = spec.deployer.root_cause_grace();
                 AttemptEnd::Failed(fail_all(set, e, grace).await)
             }
             other => {
@@ -976,11 +974,6 @@ async fn sleep_until(deadline: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
-
-/// How long a job whose tasks run on task managers waits for a failure's root cause when the
-/// first failure to arrive is a consequence (a task that lost its peer): the root cause's report
-/// travels from another task manager and may be a few messages behind.
-const REMOTE_ROOT_CAUSE_GRACE: Duration = Duration::from_secs(1);
 
 /// Stops every task after `first` failed and names the failure: a root cause (user code) among
 /// those that failed, in preference to the failures it caused (peers that lost a channel). With
