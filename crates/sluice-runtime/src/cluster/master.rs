@@ -237,7 +237,7 @@ impl RemoteTasks {
     ) -> MetricsRegistry {
         let mut registry = MetricsRegistry::default();
         let mut mirrors = lock(&self.metrics);
-        for (node, s) in plan.tasks.iter().flat_map(PlannedTask::subtasks) {
+        for &(node, s) in plan.mailboxes.keys() {
             let name = &inputs.graph.nodes[node.0].name;
             let m = registry.reuse_or_register(running, node, name, s);
             mirrors.insert((node, s), (plan.attempt, m));

@@ -251,7 +251,8 @@ impl Contexts {
         registry: &mut MetricsRegistry,
     ) -> Self {
         let mut all = BTreeMap::new();
-        for (node, s) in plan.tasks.iter().flat_map(PlannedTask::subtasks) {
+        // Operator by operator, subtask by subtask: the order the registry reads them in.
+        for &(node, s) in plan.mailboxes.keys() {
             let n = &inputs.graph.nodes[node.0];
             let metrics = registry.reuse_or_register(running, node, &n.name, s);
             let context = OperatorContext::new(ContextParts {
