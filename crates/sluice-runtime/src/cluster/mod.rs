@@ -26,9 +26,11 @@
 //! [`StreamEnvironment::submit_remote`]: crate::StreamEnvironment::submit_remote
 
 mod master;
-pub mod placement;
 pub mod wire;
 mod worker;
+
+/// The pure rule that puts subtasks into task managers' slots (from `sluice-cluster`).
+pub use sluice_cluster::placement;
 
 pub(crate) use master::RemoteDeployer;
 pub use master::{RemoteTasks, TaskManagerGateway, TaskManagerSlots};
