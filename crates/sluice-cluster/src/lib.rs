@@ -8,7 +8,8 @@
 //!   sends;
 //! - [`heartbeat`]: [`heartbeat::HeartbeatMonitor`], which peers have been silent too long;
 //! - [`lease`]: [`lease::Elector`], leader election for a standby job master over a
-//!   Kubernetes-style lease, with a fake lease API in its tests.
+//!   Kubernetes-style lease, with a fake lease API in its tests;
+//! - [`placement`]: [`placement::slot_owners`], which task manager owns each slot a job needs.
 //!
 //! ```
 //! use sluice_cluster::fencing::{Fence, FenceKeeper, Verdict};
@@ -22,3 +23,4 @@
 pub mod fencing;
 pub mod heartbeat;
 pub mod lease;
+pub mod placement;

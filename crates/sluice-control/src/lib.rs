@@ -1,8 +1,7 @@
 //! The control plane of sluice's cluster mode (issue 15) over gRPC (tonic): the job master's
-//! service, which task managers call (registration, heartbeats, task reports, checkpoint
-//! acknowledgements with state handles, operator events to coordinators), and the task
-//! managers' service, which the job master calls (deployment, checkpoint triggers, operator
-//! events to subtasks, cancellation, heartbeats). Every request carries the cluster's bearer
+//! service, which task managers call (registration, heartbeats, and `up`: what their tasks
+//! send, in order), and the task managers' service, which the job master calls (deployment,
+//! `control`: one message for one task's mailbox, cancellation, heartbeats). Every request carries the cluster's bearer
 //! token, derived from its shared secret; a request without it is refused and logged. Every
 //! request but a registration carries a fence (job-master epoch, attempt); a stale one is
 //! refused before the service sees it. `sluice-node` wires it to the runtime.
@@ -26,9 +25,6 @@
 //!         Ok(Registered { fence: Some(FenceMsg { epoch: 1, attempt: 0 }), heartbeat_interval_ms: 1_000, heartbeat_timeout_ms: 10_000 })
 //!     }
 //!     async fn heartbeat(&self, h: Heartbeat) -> Result<Heartbeat, Status> { Ok(h) }
-//!     async fn report_task(&self, _: TaskReport) -> Result<Ack, Status> { Ok(Ack {}) }
-//!     async fn acknowledge_checkpoint(&self, _: CheckpointAck) -> Result<Ack, Status> { Ok(Ack {}) }
-//!     async fn send_operator_event(&self, _: OperatorEvent) -> Result<Ack, Status> { Ok(Ack {}) }
 //!     async fn up(&self, _: UpMessage) -> Result<Ack, Status> { Ok(Ack {}) }
 //! }
 //!

@@ -1,7 +1,8 @@
 //! The control plane's messages (protobuf, through `prost`'s derive: no `.proto` compiler at
-//! build time). Runtime-specific content (a task's deployment descriptor, an operator event)
-//! travels as opaque bytes the runtime encodes; everything the control plane itself decides on
-//! (fences, ids, checkpoint ids, state handles) is typed.
+//! build time). Runtime-specific content (a deployment, a task's mailbox message, what tasks
+//! send up: reports, checkpoint acknowledgements, operator events, task ends) travels as opaque
+//! bytes the runtime encodes; everything the control plane itself decides on (fences, task
+//! managers, slots, heartbeats, which tasks to cancel) is typed.
 
 use sluice_cluster::fencing::Fence;
 
@@ -29,17 +30,6 @@ impl From<FenceMsg> for Fence {
     fn from(f: FenceMsg) -> Self {
         Fence::new(f.epoch, f.attempt)
     }
-}
-
-/// One subtask of the job graph: its vertex and index.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, prost::Message)]
-pub struct TaskId {
-    /// The job vertex (chain) id.
-    #[prost(uint32, tag = "1")]
-    pub vertex: u32,
-    /// The subtask index.
-    #[prost(uint32, tag = "2")]
-    pub subtask: u32,
 }
 
 /// A task manager offers its slots (task manager → job master).
@@ -87,116 +77,14 @@ pub struct Heartbeat {
     pub job_finished: bool,
 }
 
-/// What happened to a task (task manager → job master).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct TaskReport {
-    /// The attempt it belongs to.
-    #[prost(message, optional, tag = "1")]
-    pub fence: Option<FenceMsg>,
-    /// The task.
-    #[prost(message, optional, tag = "2")]
-    pub task: Option<TaskId>,
-    /// Its new state.
-    #[prost(enumeration = "TaskState", tag = "3")]
-    pub state: i32,
-    /// Why it failed, for a failure.
-    #[prost(string, tag = "4")]
-    pub message: String,
-}
-
-/// The states a task reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
-#[repr(i32)]
-pub enum TaskState {
-    /// Deployed and running.
-    Running = 0,
-    /// Its input ended and it finished.
-    Finished = 1,
-    /// It failed (the report's message says why).
-    Failed = 2,
-}
-
-/// One state file a task wrote for a checkpoint.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct StateHandle {
-    /// The operator.
-    #[prost(uint32, tag = "1")]
-    pub node: u32,
-    /// The subtask.
-    #[prost(uint32, tag = "2")]
-    pub subtask: u32,
-    /// The file's name in the checkpoint.
-    #[prost(string, tag = "3")]
-    pub file_name: String,
-    /// Its payload's length.
-    #[prost(uint64, tag = "4")]
-    pub length: u64,
-    /// Its payload's CRC32.
-    #[prost(uint32, tag = "5")]
-    pub crc32: u32,
-}
-
-/// A task wrote its state for a checkpoint (task manager → job master).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct CheckpointAck {
-    /// The attempt.
-    #[prost(message, optional, tag = "1")]
-    pub fence: Option<FenceMsg>,
-    /// The checkpoint.
-    #[prost(uint64, tag = "2")]
-    pub checkpoint: u64,
-    /// The task.
-    #[prost(message, optional, tag = "3")]
-    pub task: Option<TaskId>,
-    /// The files it wrote.
-    #[prost(message, repeated, tag = "4")]
-    pub state: Vec<StateHandle>,
-}
-
-/// Start a checkpoint at a source task (job master → task manager).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct TriggerCheckpoint {
-    /// The attempt.
-    #[prost(message, optional, tag = "1")]
-    pub fence: Option<FenceMsg>,
-    /// The checkpoint.
-    #[prost(uint64, tag = "2")]
-    pub checkpoint: u64,
-    /// Its timestamp, milliseconds since the epoch.
-    #[prost(uint64, tag = "3")]
-    pub timestamp_ms: u64,
-    /// The source tasks to inject the barrier at.
-    #[prost(message, repeated, tag = "4")]
-    pub tasks: Vec<TaskId>,
-}
-
-/// An operator event, either way between a coordinator and a subtask.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct OperatorEvent {
-    /// The attempt.
-    #[prost(message, optional, tag = "1")]
-    pub fence: Option<FenceMsg>,
-    /// The operator.
-    #[prost(uint32, tag = "2")]
-    pub node: u32,
-    /// The subtask.
-    #[prost(uint32, tag = "3")]
-    pub subtask: u32,
-    /// The event, as the runtime encoded it.
-    #[prost(bytes = "vec", tag = "4")]
-    pub payload: Vec<u8>,
-}
-
-/// Run a task (job master → task manager).
+/// Run a task manager's part of a deployment (job master → task manager).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct DeployTask {
     /// The attempt.
     #[prost(message, optional, tag = "1")]
     pub fence: Option<FenceMsg>,
-    /// The task.
-    #[prost(message, optional, tag = "2")]
-    pub task: Option<TaskId>,
-    /// What to run and where its inputs and outputs are, as the runtime encoded it.
+    /// What to run and where its inputs and outputs are, as the runtime encoded it (tag 2, a
+    /// task id, is retired: a deployment names its tasks itself).
     #[prost(bytes = "vec", tag = "3")]
     pub descriptor: Vec<u8>,
 }
@@ -276,10 +164,6 @@ macro_rules! fenced {
 
 fenced!(
     Heartbeat,
-    TaskReport,
-    CheckpointAck,
-    TriggerCheckpoint,
-    OperatorEvent,
     DeployTask,
     CancelTasks,
     UpMessage,

@@ -5,38 +5,29 @@ use crate::messages::*;
 use crate::service::control_service;
 
 control_service! {
-    /// What the job master answers (task managers call it): registration, heartbeats, task
-    /// reports, checkpoint acknowledgements with their state handles, and operator events from
-    /// subtasks to coordinators. Requests other than a registration must carry the job
-    /// master's epoch; the server refuses others before the method runs.
+    /// What the job master answers (task managers call it): registration, heartbeats, and what
+    /// the tasks send up, in order (checkpoint reports with their state, coordinator events,
+    /// task ends). Requests other than a registration must carry the job master's epoch; the
+    /// server refuses others before the method runs.
     service JobMaster as "sluice.control.JobMaster", server JobMasterServer, client JobMasterClient {
         /// A task manager offers its slots; the answer carries the fence to use.
         fn register(RegisterTaskManager) -> Registered = "/sluice.control.JobMaster/Register";
         /// A task manager is alive.
         fn heartbeat(Heartbeat) -> Heartbeat = "/sluice.control.JobMaster/Heartbeat";
-        /// A task changed state.
-        fn report_task(TaskReport) -> Ack = "/sluice.control.JobMaster/ReportTask";
-        /// A task wrote its state for a checkpoint.
-        fn acknowledge_checkpoint(CheckpointAck) -> Ack = "/sluice.control.JobMaster/AcknowledgeCheckpoint";
-        /// A subtask sends an event to its operator's coordinator.
-        fn send_operator_event(OperatorEvent) -> Ack = "/sluice.control.JobMaster/SendOperatorEvent";
         /// What a task manager's tasks send, in order (reports, events, task ends).
         fn up(UpMessage) -> Ack = "/sluice.control.JobMaster/Up";
     }
 }
 
 control_service! {
-    /// What a task manager answers (the job master calls it): deployment, checkpoint triggers,
-    /// operator events from coordinators to subtasks, cancellation and heartbeats. The server
+    /// What a task manager answers (the job master calls it): deployment, one task's mailbox
+    /// messages (checkpoint triggers, notices, coordinator events), cancellation and
+    /// heartbeats. The server
     /// keeps the newest fence it has seen and refuses older ones, so a deposed job master or a
     /// failed attempt can no longer act.
     service TaskManager as "sluice.control.TaskManager", server TaskManagerServer, client TaskManagerClient {
-        /// Run a task of the current attempt.
+        /// Run this task manager's part of a deployment.
         fn deploy(DeployTask) -> Ack = "/sluice.control.TaskManager/Deploy";
-        /// Inject a checkpoint barrier at source tasks.
-        fn trigger_checkpoint(TriggerCheckpoint) -> Ack = "/sluice.control.TaskManager/TriggerCheckpoint";
-        /// A coordinator sends an event to a subtask.
-        fn deliver_operator_event(OperatorEvent) -> Ack = "/sluice.control.TaskManager/DeliverOperatorEvent";
         /// Stop every task of an attempt.
         fn cancel(CancelTasks) -> Ack = "/sluice.control.TaskManager/Cancel";
         /// The job master is alive.

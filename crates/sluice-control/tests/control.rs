@@ -46,18 +46,6 @@ impl JobMaster for Master {
         self.note(format!("heartbeat {}", h.task_manager));
         Ok(h)
     }
-    async fn report_task(&self, r: TaskReport) -> Result<Ack, Status> {
-        self.note(format!("report {:?}", r.state()));
-        Ok(Ack {})
-    }
-    async fn acknowledge_checkpoint(&self, a: CheckpointAck) -> Result<Ack, Status> {
-        self.note(format!("ack {} with {} files", a.checkpoint, a.state.len()));
-        Ok(Ack {})
-    }
-    async fn send_operator_event(&self, e: OperatorEvent) -> Result<Ack, Status> {
-        self.note(format!("event {:?}", e.payload));
-        Ok(Ack {})
-    }
     async fn up(&self, u: UpMessage) -> Result<Ack, Status> {
         self.note(format!("up {:?}", u.payload));
         Ok(Ack {})
@@ -103,29 +91,10 @@ async fn a_task_manager_registers_and_talks_under_the_masters_epoch() {
     };
     assert_eq!(client.heartbeat(beat.clone()).await.unwrap(), beat);
     client
-        .acknowledge_checkpoint(CheckpointAck {
+        .up(UpMessage {
             fence: current,
-            checkpoint: 7,
-            task: Some(TaskId {
-                vertex: 0,
-                subtask: 1,
-            }),
-            state: vec![StateHandle {
-                node: 0,
-                subtask: 1,
-                file_name: "node-0.subtask-1.state".into(),
-                length: 10,
-                crc32: 1,
-            }],
-        })
-        .await
-        .unwrap();
-    client
-        .report_task(TaskReport {
-            fence: current,
-            task: None,
-            state: TaskState::Failed as i32,
-            message: "boom".into(),
+            task_manager: "tm-1".into(),
+            payload: vec![1, 2, 3],
         })
         .await
         .unwrap();
@@ -140,10 +109,7 @@ async fn a_task_manager_registers_and_talks_under_the_masters_epoch() {
         .await
         .unwrap_err();
     assert_eq!(stale.code(), Code::FailedPrecondition, "{stale}");
-    let missing = client
-        .send_operator_event(OperatorEvent::default())
-        .await
-        .unwrap_err();
+    let missing = client.up(UpMessage::default()).await.unwrap_err();
     assert_eq!(missing.code(), Code::InvalidArgument, "{missing}");
     assert_eq!(server.refused(), 0);
 }
@@ -186,12 +152,6 @@ impl TaskManager for Worker {
         self.deployed.lock().unwrap().push((f.epoch, f.attempt));
         Ok(Ack {})
     }
-    async fn trigger_checkpoint(&self, _: TriggerCheckpoint) -> Result<Ack, Status> {
-        Ok(Ack {})
-    }
-    async fn deliver_operator_event(&self, _: OperatorEvent) -> Result<Ack, Status> {
-        Ok(Ack {})
-    }
     async fn cancel(&self, _: CancelTasks) -> Result<Ack, Status> {
         Ok(Ack {})
     }
@@ -215,10 +175,6 @@ async fn a_task_manager_follows_the_newest_job_master_and_refuses_older_ones() {
     let mut new_master = TaskManagerClient::new(&url, &secret()).unwrap();
     let deploy = |epoch, attempt| DeployTask {
         fence: fence(epoch, attempt),
-        task: Some(TaskId {
-            vertex: 1,
-            subtask: 0,
-        }),
         descriptor: vec![1, 2, 3],
     };
     old_master.deploy(deploy(1, 0)).await.unwrap();
@@ -292,5 +248,28 @@ async fn requests_without_the_cluster_token_are_refused_and_counted() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented, "{err}");
+    // The retired methods (task reports, checkpoint acknowledgements and operator events travel
+    // in `Up`) are unknown too.
+    for path in [
+        "/sluice.control.JobMaster/ReportTask",
+        "/sluice.control.JobMaster/AcknowledgeCheckpoint",
+        "/sluice.control.JobMaster/SendOperatorEvent",
+    ] {
+        let mut request = tonic::Request::new(RegisterTaskManager::default());
+        request
+            .metadata_mut()
+            .insert("authorization", token.parse().unwrap());
+        grpc.ready().await.unwrap();
+        let err = grpc
+            .unary(
+                request,
+                tonic::codegen::http::uri::PathAndQuery::from_static(path),
+                tonic_prost::ProstCodec::<RegisterTaskManager, Registered>::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unimplemented, "{path}: {err}");
+        assert!(err.message().contains("no method"), "{path}: {err}");
+    }
     assert_eq!(server.refused(), 2);
 }

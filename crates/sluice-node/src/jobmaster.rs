@@ -173,22 +173,6 @@ impl JobMaster for Service {
         })
     }
 
-    async fn report_task(&self, _: TaskReport) -> Result<Ack, Status> {
-        Err(Status::unimplemented("task reports travel as Up messages"))
-    }
-
-    async fn acknowledge_checkpoint(&self, _: CheckpointAck) -> Result<Ack, Status> {
-        Err(Status::unimplemented(
-            "checkpoint acknowledgements travel as Up messages",
-        ))
-    }
-
-    async fn send_operator_event(&self, _: OperatorEvent) -> Result<Ack, Status> {
-        Err(Status::unimplemented(
-            "operator events travel as Up messages",
-        ))
-    }
-
     async fn up(&self, u: UpMessage) -> Result<Ack, Status> {
         let up: Up = sluice_core::codec::decode(&u.payload).map_err(|e| {
             Status::invalid_argument(format!(
@@ -253,7 +237,6 @@ impl TaskManagerGateway for Gateway {
             client
                 .deploy(DeployTask {
                     fence: self.0.fence(),
-                    task: None,
                     descriptor,
                 })
                 .await

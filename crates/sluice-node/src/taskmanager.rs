@@ -37,18 +37,6 @@ impl TaskManager for Service {
         Ok(Ack {})
     }
 
-    async fn trigger_checkpoint(&self, _: TriggerCheckpoint) -> Result<Ack, Status> {
-        Err(Status::unimplemented(
-            "checkpoint triggers travel as Control messages",
-        ))
-    }
-
-    async fn deliver_operator_event(&self, _: OperatorEvent) -> Result<Ack, Status> {
-        Err(Status::unimplemented(
-            "operator events travel as Control messages",
-        ))
-    }
-
     async fn cancel(&self, c: CancelTasks) -> Result<Ack, Status> {
         let epoch = c.fence.map_or(0, |f| f.epoch);
         let tasks: Vec<usize> = c.tasks.iter().map(|t| *t as usize).collect();

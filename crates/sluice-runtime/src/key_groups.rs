@@ -8,6 +8,11 @@
 
 use std::hash::{Hash, Hasher};
 
+/// The default number of key groups (`JobConfig::max_parallelism`), Flink's default for jobs of
+/// up to 128 subtasks. It lives with the key groups because every layer that spreads keys or
+/// state over subtasks needs it, down to the operators' contexts.
+pub const DEFAULT_MAX_PARALLELISM: usize = 128;
+
 /// The key group of a key: a stable hash of the key, reduced to `0..max_parallelism`.
 ///
 /// ```

@@ -68,9 +68,8 @@ pub use api::{
 pub use error::{CoordinatorFailureInfo, JobError, TaskFailure};
 pub use exchange::partitioner::Partitioner;
 pub use graph::Partitioning;
-pub use job::{
-    DEFAULT_MAX_PARALLELISM, JobConfig, JobHandle, JobObserver, JobResult, JobState, JobStatus,
-};
+pub use job::{JobConfig, JobHandle, JobObserver, JobResult, JobState, JobStatus};
+pub use key_groups::DEFAULT_MAX_PARALLELISM;
 pub use metrics::{JobMetrics, OperatorMetrics, OperatorTotals, SubtaskMetrics};
 pub use operator::{Collector, Operator, OperatorContext, SourceHead, SourceHeadPoll};
 pub use state::OperatorState;

@@ -1,6 +1,8 @@
 //! The runtime's modules form layers, and imports only point down (ARCHITECTURE.md, "Layers"):
 //! a module may use a module of its own layer's rank or below, never one above. Read from the
-//! sources, so a new upward import fails here with the file and the line.
+//! sources, so a new upward import fails here with the file and the line. Every top-level
+//! module has a rank (an unranked one fails), and an item read through the crate root
+//! (`crate::Name`, re-exported by `lib.rs`) counts as an import of the module it comes from.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,8 +25,9 @@ const LAYERS: &[(&str, u32)] = &[
     ("exchange", 6),
     ("graph", 7),
     ("job", 8),
-    ("api", 9),
-    ("testing", 10),
+    ("cluster", 9),
+    ("api", 10),
+    ("testing", 11),
 ];
 
 fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -38,13 +41,85 @@ fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
+fn ident(s: &str) -> String {
+    s.chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The code of `text` without its comment lines (documentation may link anywhere).
+fn code(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.trim_start().starts_with("//") {
+                ""
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What `lib.rs` re-exports at the crate root, by name: the module each item comes from.
+fn root_reexports(lib: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for statement in code(lib).split(';') {
+        let Some(at) = statement.find("pub use ") else {
+            continue;
+        };
+        let path = &statement[at + "pub use ".len()..];
+        let module = ident(path);
+        if module == "crate" || module.is_empty() {
+            continue; // the prelude re-exports the root's own names
+        }
+        for item in path[module.len()..].replace(['{', '}'], ",").split(',') {
+            let item = item.trim();
+            let name = match item.split_once(" as ") {
+                Some((_, alias)) => alias.trim(),
+                None => item.rsplit("::").next().unwrap_or(item),
+            };
+            if !name.is_empty() {
+                out.insert(name.to_string(), module.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The modules a file's code reaches through `crate::`, with their line numbers: the module
+/// named (`crate::job::..`), the module a root re-export comes from (`crate::Name`), and each
+/// module of a group (`crate::{a, b::c}`).
+fn used_modules(text: &str, reexports: &BTreeMap<String, String>) -> Vec<(usize, String)> {
+    let text = code(text);
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices("crate::") {
+        let line = text[..at].matches('\n').count() + 1;
+        let rest = &text[at + "crate::".len()..];
+        let names: Vec<String> = match rest.strip_prefix('{') {
+            Some(group) => {
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                group.split(',').map(|p| ident(p.trim())).collect()
+            }
+            None => vec![ident(rest)],
+        };
+        for name in names {
+            let module = reexports.get(&name).cloned().unwrap_or(name);
+            out.push((line, module));
+        }
+    }
+    out
+}
+
 #[test]
 fn runtime_modules_only_import_from_their_layer_or_below() {
     let rank: BTreeMap<&str, u32> = LAYERS.iter().copied().collect();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let reexports = root_reexports(&std::fs::read_to_string(src.join("lib.rs")).unwrap());
     let mut all = Vec::new();
     files(&src, &mut all);
     let mut upward = Vec::new();
+    let mut unranked = Vec::new();
     for path in all {
         let relative = path.strip_prefix(&src).unwrap();
         let module = relative
@@ -53,35 +128,56 @@ fn runtime_modules_only_import_from_their_layer_or_below() {
             .and_then(|c| c.as_os_str().to_str())
             .map(|s| s.trim_end_matches(".rs"))
             .unwrap();
+        if module == "lib" {
+            continue; // the crate root re-exports every layer
+        }
         let Some(&own) = rank.get(module) else {
-            continue; // lib.rs: the crate root re-exports every layer
+            unranked.push(relative.display().to_string());
+            continue;
         };
         let text = std::fs::read_to_string(&path).unwrap();
-        for (n, line) in text.lines().enumerate() {
-            let code = line.trim_start();
-            if code.starts_with("//") {
-                continue; // documentation may link anywhere
-            }
-            for part in code.split("crate::").skip(1) {
-                let target: String = part
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                if let Some(&theirs) = rank.get(target.as_str())
-                    && theirs > own
-                {
-                    upward.push(format!(
-                        "{}:{}: {module} uses {target}",
-                        relative.display(),
-                        n + 1
-                    ));
-                }
+        for (line, target) in used_modules(&text, &reexports) {
+            if let Some(&theirs) = rank.get(target.as_str())
+                && theirs > own
+            {
+                upward.push(format!(
+                    "{}:{line}: {module} uses {target}",
+                    relative.display()
+                ));
             }
         }
     }
     assert!(
+        unranked.is_empty(),
+        "modules without a rank:\n{}",
+        unranked.join("\n")
+    );
+    assert!(
         upward.is_empty(),
         "imports pointing up a layer:\n{}",
         upward.join("\n")
+    );
+}
+
+/// The checks above see through the crate root and groups.
+#[test]
+fn root_reexports_and_groups_count_as_imports_of_their_module() {
+    let lib = "pub use job::{\n    DEFAULT_MAX_PARALLELISM, JobConfig,\n};\n\
+               pub use exchange::partitioner::Partitioner as Part;\n\
+               pub mod prelude { pub use crate::{JobConfig}; }";
+    let reexports = root_reexports(lib);
+    assert_eq!(reexports["DEFAULT_MAX_PARALLELISM"], "job");
+    assert_eq!(reexports["Part"], "exchange");
+    assert_eq!(reexports["JobConfig"], "job");
+    let file = "// crate::api in a comment\nuse crate::state::X;\nlet p = crate::DEFAULT_MAX_PARALLELISM;\n\
+                use crate::{graph::Y, cluster};";
+    assert_eq!(
+        used_modules(file, &reexports),
+        [
+            (2, "state".to_string()),
+            (3, "job".to_string()),
+            (4, "graph".to_string()),
+            (4, "cluster".to_string()),
+        ]
     );
 }

@@ -3,11 +3,12 @@
 use crate::api::source::{Generator, GeneratorReader, IterReader};
 use crate::api::stream::DataStream;
 use crate::checkpoint::CheckpointSettings;
-use crate::cluster::{RemoteTasks, WorkerJob};
+use crate::cluster::{RemoteDeployer, RemoteTasks, WorkerJob};
 use crate::error::JobError;
 use crate::failover::{FailoverStrategy, RestartStrategy};
 use crate::graph::erased::{TypedOutput, TypedSource, TypedSourceHead};
 use crate::graph::{NodeKind, StreamGraph};
+use crate::job::deploy::{Deployer, LocalDeployer};
 use crate::job::submit::Submission;
 use crate::job::{JobConfig, JobHandle, JobResult};
 use crate::operator::{OperatorContext, SourceHead};
@@ -288,7 +289,7 @@ impl StreamEnvironment {
     /// Must be called inside a tokio runtime (the tasks are spawned on it). Invalid configuration
     /// is reported here, before anything runs; a refused job can be fixed and submitted again.
     pub fn submit(&self, job_name: &str) -> Result<JobHandle, JobError> {
-        self.submit_with(job_name, None)
+        self.submit_with(job_name, Arc::new(LocalDeployer))
     }
 
     /// Validates and starts the job built so far as the job master of a cluster: every task
@@ -300,7 +301,7 @@ impl StreamEnvironment {
         job_name: &str,
         remote: Arc<RemoteTasks>,
     ) -> Result<JobHandle, JobError> {
-        self.submit_with(job_name, Some(remote))
+        self.submit_with(job_name, Arc::new(RemoteDeployer(remote)))
     }
 
     /// Validates the job built so far and hands it over for a task manager, which runs the
@@ -310,7 +311,8 @@ impl StreamEnvironment {
         let mut inner = self.lock();
         let prepared = self.submission(&inner, job_name).prepare()?;
         let graph = std::mem::take(&mut inner.graph);
-        Ok(prepared.into_worker_job(graph))
+        let (plan, config, storage) = prepared.into_worker_parts();
+        Ok(WorkerJob::new(graph, plan, config, storage))
     }
 
     fn submission<'a>(&self, inner: &'a Inner, job_name: &'a str) -> Submission<'a> {
@@ -331,7 +333,7 @@ impl StreamEnvironment {
     fn submit_with(
         &self,
         job_name: &str,
-        remote: Option<Arc<RemoteTasks>>,
+        deployer: Arc<dyn Deployer>,
     ) -> Result<JobHandle, JobError> {
         let mut inner = self.lock();
         let prepared = self.submission(&inner, job_name).prepare()?;
@@ -340,7 +342,7 @@ impl StreamEnvironment {
         inner.resume_latest = false;
         let graph = std::mem::take(&mut inner.graph);
         drop(inner);
-        Ok(prepared.launch(graph, remote))
+        Ok(prepared.launch(graph, deployer))
     }
 
     /// Runs the job built so far to completion.

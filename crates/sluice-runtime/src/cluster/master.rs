@@ -19,27 +19,25 @@
 //! 4. A lost task manager ends every proxy placed on it with a failure naming it; the job
 //!    master then fails over as for any task failure.
 
-use crate::checkpoint::CompletedCheckpoint;
 use crate::checkpoint::persistence::WrittenStates;
 use crate::cluster::TransportError;
 use crate::cluster::placement::slot_owners;
 use crate::cluster::wire::{Control, Deployment as WireDeployment, Up, UpKind};
 use crate::error::{JobError, TaskError};
-use crate::graph::NodeKind;
 use crate::graph::erased::RunnableTask;
 use crate::job::deploy::{
-    CONTROL_CAPACITY, DeployInputs, DeployedTask, Deployment, MetricsRegistry, Scope,
-    restored_shares,
+    CONTROL_CAPACITY, DeployInputs, DeployedTask, Deployer, Deployment, DeploymentPlan,
+    MetricsRegistry, PlannedTask, SubtaskShare, node_mailboxes,
 };
 use crate::metrics::OperatorMetrics;
 use crate::operator::to_coordinator::ToCoordinator;
-use crate::state::OperatorState;
 use crate::task::control::{AttemptReport, TaskControl};
 use futures::future::BoxFuture;
 use sluice_core::sync::lock;
 use sluice_core::{AttemptNumber, CheckpointId, NodeId};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{OnceCell, mpsc, oneshot};
 
 /// A task manager as the job master sees it when placing tasks.
@@ -88,6 +86,16 @@ struct Slot {
     subtasks: Vec<(NodeId, usize)>,
 }
 
+/// Where one message of a task manager goes on the job master.
+enum Route {
+    Report(mpsc::Sender<AttemptReport>, AttemptReport),
+    Coordinator(mpsc::Sender<ToCoordinator>, ToCoordinator),
+    End(
+        oneshot::Sender<Result<(), TaskError>>,
+        Result<(), TaskError>,
+    ),
+}
+
 /// The job master's copy of a remote operator subtask's counters, and the attempt they count.
 type Mirror = (AttemptNumber, Arc<OperatorMetrics>);
 
@@ -131,11 +139,6 @@ impl RemoteTasks {
         self.epoch
     }
 
-    /// The state files task managers wrote themselves, for the job's persistence.
-    pub(crate) fn written_states(&self) -> Arc<WrittenStates> {
-        self.written.clone()
-    }
-
     /// Hands over what a task manager sent for one task. Returns `false` when it was dropped
     /// (another epoch, or an attempt that is not running).
     pub async fn up(&self, up: Up) -> bool {
@@ -153,72 +156,59 @@ impl RemoteTasks {
             }
             return true;
         }
-        enum Route {
-            Report(mpsc::Sender<AttemptReport>, AttemptReport),
-            Coordinator(mpsc::Sender<ToCoordinator>, ToCoordinator),
-            End(
-                oneshot::Sender<Result<(), TaskError>>,
-                Result<(), TaskError>,
-            ),
+        match self.route(up) {
+            Some(Route::Report(tx, r)) => tx.send(r).await.is_ok(),
+            Some(Route::Coordinator(tx, e)) => tx.send(e).await.is_ok(),
+            Some(Route::End(tx, r)) => tx.send(r).is_ok(),
+            None => false,
         }
-        let route = {
-            let mut slots = lock(&self.slots);
-            let Some(slot) = slots.get_mut(&up.task) else {
-                return false;
-            };
-            if slot.attempt != up.attempt {
-                return false;
+    }
+
+    /// Where what a task manager sent for one task goes, or `None` when it is dropped (rule 3).
+    fn route(&self, up: Up) -> Option<Route> {
+        let mut slots = lock(&self.slots);
+        let slot = slots.get_mut(&up.task)?;
+        if slot.attempt != up.attempt {
+            return None;
+        }
+        match up.kind {
+            UpKind::Ended(r) => {
+                let end = slot.end.take()?;
+                Some(Route::End(end, r.map_err(|e| e.into_task_error())))
             }
-            match up.kind {
-                UpKind::Ended(r) => match slot.end.take() {
-                    Some(end) => Route::End(end, r.map_err(|e| e.into_task_error())),
-                    None => return false,
-                },
-                UpKind::ToCoordinator {
+            UpKind::ToCoordinator {
+                node,
+                subtask,
+                event,
+            } => {
+                if !slot.subtasks.contains(&(node, subtask)) {
+                    return None;
+                }
+                let event = ToCoordinator {
                     node,
                     subtask,
+                    attempt: up.attempt,
                     event,
-                } => {
-                    if !slot.subtasks.contains(&(node, subtask)) {
-                        return false;
-                    }
-                    Route::Coordinator(
-                        slot.to_coordinator.clone(),
-                        ToCoordinator {
-                            node,
-                            subtask,
-                            attempt: up.attempt,
-                            event,
-                        },
-                    )
-                }
-                kind => {
-                    if let UpKind::Ack {
-                        checkpoint,
-                        written,
-                        ..
-                    } = &kind
-                        && !written.is_empty()
-                    {
-                        self.written.add(*checkpoint, written.clone());
-                    }
-                    match kind.into_report(up.task) {
-                        Some(report) => Route::Report(
-                            slot.reports.clone(),
-                            AttemptReport {
-                                attempt: up.attempt,
-                                report,
-                            },
-                        ),
-                        None => return false,
-                    }
-                }
+                };
+                Some(Route::Coordinator(slot.to_coordinator.clone(), event))
             }
-        };
-        match route {
-            Route::Report(tx, r) => tx.send(r).await.is_ok(),
-            Route::Coordinator(tx, e) => tx.send(e).await.is_ok(),
-            Route::End(tx, r) => tx.send(r).is_ok(),
+            kind => {
+                if let UpKind::Ack {
+                    checkpoint,
+                    written,
+                    ..
+                } = &kind
+                    && !written.is_empty()
+                {
+                    self.written.add(*checkpoint, written.clone());
+                }
+                let report = kind.into_report(up.task)?;
+                let report = AttemptReport {
+                    attempt: up.attempt,
+                    report,
+                };
+                Some(Route::Report(slot.reports.clone(), report))
+            }
         }
     }
 
@@ -236,105 +226,102 @@ impl RemoteTasks {
         }
     }
 
-    /// Builds the proxies of the tasks in `scope` (see the module's rules).
-    pub(crate) fn deploy(
-        self: &Arc<Self>,
+    /// The job master's copies of the counters of `plan`'s operator subtasks, which what task
+    /// managers report lands in: `running`'s where it has them (a region deployed into a
+    /// running attempt), fresh ones otherwise.
+    fn mirror_metrics(
+        &self,
         inputs: &DeployInputs<'_>,
-        scope: Scope<'_>,
-        attempt: AttemptNumber,
-        restore: Option<&CompletedCheckpoint>,
-    ) -> Result<Deployment, JobError> {
-        let DeployInputs {
-            graph,
-            plan,
-            config,
-            max_concurrent_checkpoints,
-            reports_tx,
-            to_coordinator_tx,
-            ..
-        } = *inputs;
-        let tasks: Vec<usize> = match &scope {
-            Scope::All => (0..plan.task_count()).collect(),
-            Scope::Region { tasks, .. } => tasks.iter().copied().collect(),
-            Scope::Remote(_) => {
-                return Err(JobError::Internal(
-                    "a job master cannot deploy a task manager's scope".into(),
-                ));
-            }
-        };
-        let mut shares = restored_shares(graph, plan, config, restore)?;
+        plan: &DeploymentPlan,
+        running: Option<&MetricsRegistry>,
+    ) -> MetricsRegistry {
         let mut registry = MetricsRegistry::default();
-        {
-            let mut mirrors = lock(&self.metrics);
-            for &t in &tasks {
-                for (node, s) in plan.task_subtasks(t) {
-                    let m = match &scope {
-                        Scope::Region { metrics, .. } => metrics.get(node, s),
-                        _ => None,
-                    }
-                    .unwrap_or_else(|| registry.register(node, &graph.nodes[node.0].name, s));
-                    mirrors.insert((node, s), (attempt, m));
-                }
-            }
+        let mut mirrors = lock(&self.metrics);
+        for &(node, s) in plan.mailboxes.keys() {
+            let name = &inputs.graph.nodes[node.0].name;
+            let m = registry.reuse_or_register(running, node, name, s);
+            mirrors.insert((node, s), (plan.attempt, m));
         }
-        let needed = plan.parallelism.iter().copied().max().unwrap_or(0);
+        registry
+    }
+
+    /// Registers where what task managers send for `task` of `attempt` goes (rule 2); the
+    /// receiver of its end.
+    fn register(
+        &self,
+        inputs: &DeployInputs<'_>,
+        task: &PlannedTask,
+        attempt: AttemptNumber,
+    ) -> oneshot::Receiver<Result<(), TaskError>> {
+        let (end_tx, end) = oneshot::channel();
+        lock(&self.slots).insert(
+            task.index,
+            Slot {
+                attempt,
+                tm: None,
+                reports: inputs.reports_tx.clone(),
+                to_coordinator: inputs.to_coordinator_tx.clone(),
+                end: Some(end_tx),
+                subtasks: task.subtasks().collect(),
+            },
+        );
+        end
+    }
+
+    fn placed(&self, task: usize, attempt: AttemptNumber, tm: &str) {
+        if let Some(slot) = lock(&self.slots).get_mut(&task)
+            && slot.attempt == attempt
+        {
+            slot.tm = Some(tm.to_string());
+        }
+    }
+}
+
+/// How long a job whose tasks run on task managers waits for a failure's root cause when the
+/// first failure to arrive is a consequence (a task that lost its peer): the root cause's report
+/// travels from another task manager and may be a few messages behind.
+const REMOTE_ROOT_CAUSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Deploys a job's tasks to task managers: every planned task becomes a [`Proxy`], and the
+/// tasks planned together are placed and sent together as one [`Batch`] (see the module's
+/// rules).
+pub(crate) struct RemoteDeployer(pub(crate) Arc<RemoteTasks>);
+
+impl Deployer for RemoteDeployer {
+    fn deploy(
+        &self,
+        inputs: &DeployInputs<'_>,
+        mut plan: DeploymentPlan,
+        running: Option<&MetricsRegistry>,
+    ) -> Result<Deployment, JobError> {
+        let remote = &self.0;
+        let metrics = remote.mirror_metrics(inputs, &plan, running);
+        let attempt = plan.attempt;
+        let planned = std::mem::take(&mut plan.tasks);
+        let (mut controls, mut source_tasks, mut proxies) = (Vec::new(), Vec::new(), Vec::new());
         let mut batch_tasks = BTreeMap::new();
-        let mut controls = Vec::new();
-        let mut node_mailboxes = BTreeMap::new();
-        let mut source_tasks = Vec::new();
-        let mut proxies = Vec::new();
-        for &t in &tasks {
-            let subtasks = plan.task_subtasks(t);
-            let Some(&(head, s)) = subtasks.first() else {
-                return Err(JobError::Internal(format!("task {t} runs no operator")));
-            };
-            let mut states = Vec::new();
-            for &(node, s) in &subtasks {
-                if let Some(state) = shares[node.0][s].take() {
-                    states.push((node, s, state));
-                }
-            }
-            if matches!(graph.nodes[head.0].kind, NodeKind::Source(_)) {
-                source_tasks.push(t);
+        for task in &planned {
+            let states = task
+                .subtasks()
+                .filter_map(|(node, s)| plan.take_state(node, s).map(|st| (node, s, st)))
+                .collect();
+            batch_tasks.insert(task.index, (task.subtask, states));
+            if task.source {
+                source_tasks.push(task.index);
             }
             let (control_tx, control) = mpsc::channel(CONTROL_CAPACITY);
-            for &(node, s) in &subtasks {
-                node_mailboxes.insert((node, s), control_tx.clone());
-            }
-            controls.push((t, control_tx));
-            let (end_tx, end) = oneshot::channel();
-            lock(&self.slots).insert(
-                t,
-                Slot {
-                    attempt,
-                    tm: None,
-                    reports: reports_tx.clone(),
-                    to_coordinator: to_coordinator_tx.clone(),
-                    end: Some(end_tx),
-                    subtasks: subtasks.clone(),
-                },
-            );
-            let names: Vec<&str> = subtasks
-                .iter()
-                .map(|(n, _)| graph.nodes[n.0].name.as_str())
-                .collect();
-            let p = plan.parallelism[head.0];
-            batch_tasks.insert(t, (s, states));
-            proxies.push((
-                t,
-                format!("task '{}', subtask {s} of {p}", names.join(" -> ")),
-                control,
-                end,
-            ));
+            controls.push((task.index, control_tx));
+            let end = remote.register(inputs, task, attempt);
+            proxies.push((task.index, task.description.clone(), control, end));
         }
         let batch = Arc::new(Batch {
-            remote: self.clone(),
-            fingerprint: graph.fingerprint(),
+            remote: remote.clone(),
+            fingerprint: inputs.graph.fingerprint(),
             attempt,
-            needed,
+            needed: inputs.plan.parallelism.iter().copied().max().unwrap_or(0),
             tasks: batch_tasks,
-            restored_from: restore.map(|c| c.id),
-            max_concurrent_checkpoints,
+            restored_from: plan.restored_from,
+            max_concurrent_checkpoints: inputs.max_concurrent_checkpoints,
             placed: OnceCell::new(),
         });
         let tasks = proxies
@@ -353,25 +340,21 @@ impl RemoteTasks {
             .collect();
         Ok(Deployment {
             tasks,
-            metrics: registry,
+            metrics,
+            node_mailboxes: node_mailboxes(&plan, &controls),
             controls,
             source_tasks,
-            node_mailboxes,
-            pumps: Vec::new(),
         })
     }
 
-    fn placed(&self, task: usize, attempt: AttemptNumber, tm: &str) {
-        if let Some(slot) = lock(&self.slots).get_mut(&task)
-            && slot.attempt == attempt
-        {
-            slot.tm = Some(tm.to_string());
-        }
+    fn root_cause_grace(&self) -> Option<Duration> {
+        Some(REMOTE_ROOT_CAUSE_GRACE)
+    }
+
+    fn written_states(&self) -> Option<Arc<WrittenStates>> {
+        Some(self.0.written.clone())
     }
 }
-
-/// One operator subtask's restored state.
-type SubtaskShare = (NodeId, usize, OperatorState);
 
 /// The tasks deployed together, placed once.
 struct Batch {

@@ -26,49 +26,16 @@
 //! [`StreamEnvironment::submit_remote`]: crate::StreamEnvironment::submit_remote
 
 mod master;
-pub mod placement;
 pub mod wire;
 mod worker;
 
+/// The pure rule that puts subtasks into task managers' slots (from `sluice-cluster`).
+pub use sluice_cluster::placement;
+
+pub(crate) use master::RemoteDeployer;
 pub use master::{RemoteTasks, TaskManagerGateway, TaskManagerSlots};
 pub use worker::{Worker, WorkerJob};
 
-use futures::future::BoxFuture;
-
-/// A transport failure: the peer is gone or the connection broke.
-#[derive(Clone, Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct TransportError(pub String);
-
-/// The sending end of one data-plane channel. A sender never sends without credit: `send`
-/// waits until the receiver granted room.
-pub trait ByteSender: Send {
-    /// Completes once a frame may be sent without waiting (the sender holds a credit for it).
-    /// Must be cancel-safe. The default is always ready: `send` does all the waiting.
-    fn ready(&mut self) -> BoxFuture<'_, Result<(), TransportError>> {
-        Box::pin(async { Ok(()) })
-    }
-    /// Sends one frame: one encoded element or several, one after another.
-    fn send(&mut self, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), TransportError>>;
-    /// Closes the channel after its last element.
-    fn close(self: Box<Self>) -> BoxFuture<'static, Result<(), TransportError>>;
-}
-
-/// The receiving end of one data-plane channel.
-pub trait ByteReceiver: Send {
-    /// The next frame, or `None` once the sender closed the channel.
-    fn recv(&mut self) -> BoxFuture<'_, Result<Option<Vec<u8>>, TransportError>>;
-}
-
-/// Opening a channel's sending end.
-pub type OpenSender = BoxFuture<'static, Result<Box<dyn ByteSender>, TransportError>>;
-/// Opening a channel's receiving end.
-pub type OpenReceiver = BoxFuture<'static, Result<Box<dyn ByteReceiver>, TransportError>>;
-
-/// Byte channels between this task manager and the others.
-pub trait DataPlane: Send + Sync + 'static {
-    /// The sending end of `channel` to task manager `peer` (data address `addr`).
-    fn sender(&self, peer: &str, addr: &str, channel: u64) -> OpenSender;
-    /// The receiving end of `channel` from task manager `peer` (data address `addr`).
-    fn receiver(&self, peer: &str, addr: &str, channel: u64) -> OpenReceiver;
-}
+pub use crate::exchange::remote::{
+    ByteReceiver, ByteSender, DataPlane, OpenReceiver, OpenSender, TransportError,
+};

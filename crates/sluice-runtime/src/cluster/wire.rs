@@ -9,59 +9,11 @@ use crate::state::OperatorState;
 use crate::storage::StateFileHandle;
 use crate::task::control::{DeclineReason, TaskControl, TaskReport};
 use serde::{Deserialize, Serialize};
-use sluice_core::{
-    AttemptNumber, Batch, CheckpointBarrier, CheckpointId, NodeId, OperatorEvent, StreamElement,
-    Watermark, WatermarkStatus,
-};
+use sluice_core::{AttemptNumber, CheckpointId, NodeId, OperatorEvent};
 use std::collections::BTreeMap;
 
-/// Names one channel of an exchange across the cluster: unique per job-master epoch, attempt,
-/// edge and (producer, consumer) subtask pair, so that a channel of a stopped attempt never
-/// meets one of its successor on the same connection.
-///
-/// ```
-/// use sluice_runtime::cluster::wire::ChannelKey;
-///
-/// let a = ChannelKey { epoch: 1, attempt: 0, edge: 2, producer: 0, consumer: 1 };
-/// let b = ChannelKey { attempt: 1, ..a };
-/// assert_ne!(a.id(), b.id());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ChannelKey {
-    /// The job master's epoch.
-    pub epoch: u64,
-    /// The attempt of the tasks at both ends.
-    pub attempt: AttemptNumber,
-    /// The edge of the job graph.
-    pub edge: u32,
-    /// The producing subtask.
-    pub producer: u32,
-    /// The consuming subtask.
-    pub consumer: u32,
-}
-
-impl ChannelKey {
-    /// The 64-bit channel id the data plane multiplexes by: a hash of every field (FxHash
-    /// finalised by SplitMix64), so that any two keys of one connection's life differ with
-    /// overwhelming probability.
-    pub fn id(&self) -> u64 {
-        let mut h: u64 = 0x243f_6a88_85a3_08d3;
-        for v in [
-            self.epoch,
-            u64::from(self.attempt),
-            u64::from(self.edge),
-            u64::from(self.producer),
-            u64::from(self.consumer),
-        ] {
-            h = (h.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-        h ^= h >> 30;
-        h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        h ^= h >> 27;
-        h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-        h ^ (h >> 31)
-    }
-}
+pub use crate::exchange::remote::ChannelKey;
+pub use crate::metrics::RemoteMetrics;
 
 /// The tasks one job-master decision deploys together (a whole attempt, or one pipelined
 /// region after a failure), and where each of them runs. The master sends the same batch,
@@ -151,49 +103,6 @@ pub enum UpKind {
     /// The counters of the operator subtasks of a deployment (every second, and before each
     /// task end), for the job master's live view.
     Metrics(Vec<RemoteMetrics>),
-}
-
-/// One operator subtask's counters, as a task manager reports them.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RemoteMetrics {
-    /// The operator.
-    pub node: NodeId,
-    /// The subtask.
-    pub subtask: usize,
-    /// Records in.
-    pub records_in: u64,
-    /// Records out.
-    pub records_out: u64,
-    /// Busy time, in nanoseconds.
-    pub busy_ns: u64,
-    /// Backpressured time, in nanoseconds.
-    pub backpressured_ns: u64,
-    /// Events sent to the coordinator.
-    pub events_to_coordinator: u64,
-    /// Events received from the coordinator.
-    pub events_from_coordinator: u64,
-    /// What the operator publishes itself: its gauges and what its metric sources report.
-    pub report: crate::metrics::MetricsReport,
-}
-
-impl RemoteMetrics {
-    pub(crate) fn of(m: &crate::metrics::SubtaskMetrics) -> Self {
-        RemoteMetrics {
-            node: m.operator_id,
-            subtask: m.subtask,
-            records_in: m.records_in,
-            records_out: m.records_out,
-            busy_ns: u64::try_from(m.busy.as_nanos()).unwrap_or(u64::MAX),
-            backpressured_ns: u64::try_from(m.backpressured.as_nanos()).unwrap_or(u64::MAX),
-            events_to_coordinator: m.events_to_coordinator,
-            events_from_coordinator: m.events_from_coordinator,
-            report: crate::metrics::MetricsReport {
-                gauges: m.gauges.clone(),
-                counters: m.counters.clone(),
-                histograms: m.histograms.clone(),
-            },
-        }
-    }
 }
 
 impl UpKind {
@@ -287,58 +196,5 @@ impl RemoteTaskError {
             RemoteTaskError::PeerGone(m) => TaskError::PeerGone(m),
             RemoteTaskError::Internal(m) => TaskError::Internal(m),
         }
-    }
-}
-
-/// One channel element on its way out (borrowing the batch).
-#[derive(Serialize)]
-pub(crate) enum ElementOut<'a, T> {
-    Records(&'a [T], Option<&'a [i64]>),
-    Watermark(Watermark),
-    Status(WatermarkStatus),
-    Barrier(CheckpointBarrier),
-    EndOfInput,
-}
-
-/// One channel element as it arrives (the same encoding, owned).
-#[derive(Deserialize)]
-pub(crate) enum ElementIn<T> {
-    Records(Vec<T>, Option<Vec<i64>>),
-    Watermark(Watermark),
-    Status(WatermarkStatus),
-    Barrier(CheckpointBarrier),
-    EndOfInput,
-}
-
-impl<'a, T> ElementOut<'a, T> {
-    pub(crate) fn of(e: &'a StreamElement<T>) -> Self {
-        match e {
-            StreamElement::Records(b) => ElementOut::Records(b.records(), b.timestamps()),
-            StreamElement::Watermark(w) => ElementOut::Watermark(*w),
-            StreamElement::Status(s) => ElementOut::Status(*s),
-            StreamElement::Barrier(b) => ElementOut::Barrier(*b),
-            StreamElement::EndOfInput => ElementOut::EndOfInput,
-        }
-    }
-}
-
-impl<T> ElementIn<T> {
-    /// The element, or why its batch is malformed.
-    pub(crate) fn into_element(self) -> Result<StreamElement<T>, String> {
-        Ok(match self {
-            ElementIn::Records(records, ts) => {
-                if ts.as_ref().is_some_and(|t| t.len() != records.len()) {
-                    return Err(format!(
-                        "a batch of {} records arrived with a different number of timestamps",
-                        records.len()
-                    ));
-                }
-                StreamElement::Records(Batch::from_parts(records, ts))
-            }
-            ElementIn::Watermark(w) => StreamElement::Watermark(w),
-            ElementIn::Status(s) => StreamElement::Status(s),
-            ElementIn::Barrier(b) => StreamElement::Barrier(b),
-            ElementIn::EndOfInput => StreamElement::EndOfInput,
-        })
     }
 }

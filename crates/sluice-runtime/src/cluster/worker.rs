@@ -1,10 +1,11 @@
 //! The task manager's side of cluster mode: [`Worker`] runs the tasks the job master deploys
 //! here.
 //!
-//! A deployment is built by the runtime's own `deploy` with a remote scope: channels between
-//! two tasks of this process stay local bounded channels; a channel to a task elsewhere is a
-//! local channel plus a *pump* that carries its elements over the [`DataPlane`], encoded with
-//! serde. A task and its pumps run as one future: a pump's failure fails the task, and a task
+//! A task manager plans its part of a deployment with the same pure deployment plan as the job
+//! master (the tasks it was sent, the state shares the job master dealt out) and builds it with
+//! the same code as a local job: channels between two tasks of this process stay local bounded
+//! channels; a channel to a task elsewhere is a local channel plus a *pump* that carries its
+//! elements over the [`DataPlane`], encoded with serde. A task and its pumps run as one future: a pump's failure fails the task, and a task
 //! that ended is done only once its outgoing pumps delivered everything, end of input included.
 //!
 //! Ordering rules:
@@ -19,20 +20,19 @@ use crate::cluster::DataPlane;
 use crate::cluster::wire::{
     Control, Deployment as WireDeployment, RemoteMetrics, RemoteTaskError, Up, UpKind,
 };
-use crate::error::{JobError, TaskError};
+use crate::error::JobError;
 use crate::graph::StreamGraph;
 use crate::job::JobConfig;
 use crate::job::deploy::{
-    DeployInputs, Deployment, MasterChannels, RemoteWiring, Restore, Scope, deploy,
+    DeployInputs, DeployedTask, Deployment, DeploymentPlan, MasterChannels, MetricsRegistry,
+    RemoteWiring, Shares, build,
 };
 use crate::job::plan::Plan;
+use crate::operator::to_coordinator::ToCoordinator;
 use crate::storage::{CheckpointStorage, StateFileHandle};
-use crate::task::control::TaskControl;
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
-use sluice_core::AttemptNumber;
-use sluice_core::CheckpointId;
+use crate::task::control::{AttemptReport, TaskControl};
 use sluice_core::sync::lock;
+use sluice_core::{AttemptNumber, CheckpointId, NodeId};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -41,13 +41,13 @@ use tokio::task::AbortHandle;
 /// A job as a task manager holds it: the graph its binary built and the plan, the same as the
 /// job master's (checked by fingerprint on every deployment).
 pub struct WorkerJob {
-    pub(crate) graph: StreamGraph,
-    pub(crate) plan: Plan,
-    pub(crate) config: JobConfig,
-    pub(crate) fingerprint: String,
+    graph: StreamGraph,
+    plan: Plan,
+    config: JobConfig,
+    fingerprint: String,
     /// The checkpoint storage the job configured: the task manager writes its tasks' state
     /// files there itself.
-    pub(crate) storage: Option<Arc<dyn CheckpointStorage>>,
+    storage: Option<Arc<dyn CheckpointStorage>>,
 }
 
 impl std::fmt::Debug for WorkerJob {
@@ -59,6 +59,23 @@ impl std::fmt::Debug for WorkerJob {
 }
 
 impl WorkerJob {
+    /// The job a task manager runs parts of: `graph` as planned into `plan` under `config`,
+    /// its tasks writing their state files to `storage`.
+    pub(crate) fn new(
+        graph: StreamGraph,
+        plan: Plan,
+        config: JobConfig,
+        storage: Option<Arc<dyn CheckpointStorage>>,
+    ) -> Self {
+        WorkerJob {
+            fingerprint: graph.fingerprint(),
+            graph,
+            plan,
+            config,
+            storage,
+        }
+    }
+
     /// How many tasks the job has.
     pub fn task_count(&self) -> usize {
         self.plan.task_count()
@@ -142,8 +159,17 @@ impl Worker {
             max_concurrent_checkpoints,
             ..
         } = d;
+        let here = tasks.iter().copied().collect();
+        let plan = DeploymentPlan::new(
+            &job.graph,
+            &job.plan,
+            &job.config,
+            &here,
+            attempt,
+            Shares::Given(states),
+        )?;
+        let task_of = plan.mailboxes.clone();
         let wiring = RemoteWiring {
-            here: tasks.iter().copied().collect(),
             placement,
             peers,
             plane: self.plane.clone(),
@@ -151,115 +177,63 @@ impl Worker {
         };
         let MasterChannels {
             reports_tx,
-            mut reports,
+            reports,
             to_coordinator_tx,
-            mut to_coordinators,
+            to_coordinators,
         } = MasterChannels::new(tasks.len(), max_concurrent_checkpoints);
+        let inputs = DeployInputs {
+            graph: &job.graph,
+            plan: &job.plan,
+            config: &job.config,
+            max_concurrent_checkpoints,
+            direct_slots: &BTreeMap::new(),
+            reports_tx: &reports_tx,
+            to_coordinator_tx: &to_coordinator_tx,
+        };
         let Deployment {
             tasks: deployed,
             controls,
-            pumps,
             metrics,
             ..
-        } = deploy(
-            &DeployInputs {
-                graph: &job.graph,
-                plan: &job.plan,
-                config: &job.config,
-                max_concurrent_checkpoints,
-                direct_slots: &BTreeMap::new(),
-                reports_tx: &reports_tx,
-                to_coordinator_tx: &to_coordinator_tx,
-            },
-            Scope::Remote(&wiring),
-            attempt,
-            Restore::Shares(states),
-        )?;
+        } = build(&inputs, plan, None, Some(&wiring))?;
         drop((reports_tx, to_coordinator_tx));
-        let controls: HashMap<usize, mpsc::Sender<TaskControl>> = controls.into_iter().collect();
-        let task_of: HashMap<(sluice_core::NodeId, usize), usize> = tasks
-            .iter()
-            .flat_map(|&t| job.plan.task_subtasks(t).into_iter().map(move |ns| (ns, t)))
-            .collect();
-        let mut pumps_of: HashMap<usize, (Vec<_>, Vec<_>)> = HashMap::new();
-        for (t, pump, sends) in pumps {
-            let entry = pumps_of.entry(t).or_default();
-            if sends {
-                entry.0.push(pump);
-            } else {
-                entry.1.push(pump);
-            }
-        }
         // Rule 1: one forwarder per deployment, reports before ends.
-        let (ended_tx, mut ended) = mpsc::channel::<Up>(tasks.len().max(1));
-        let up = self.up.clone();
-        let storage = job.storage.clone();
-        let counters = move || Up {
+        let (ended_tx, ended) = mpsc::channel::<Up>(tasks.len().max(1));
+        let forwarder = Forwarder {
             epoch,
             attempt,
-            task: usize::MAX,
-            kind: UpKind::Metrics(
-                metrics
-                    .snapshot()
-                    .subtasks
-                    .iter()
-                    .map(RemoteMetrics::of)
-                    .collect(),
-            ),
+            up: self.up.clone(),
+            storage: job.storage.clone(),
+            task_of,
+            metrics,
         };
-        tokio::spawn(async move {
-            let mut every_second = tokio::time::interval(METRICS_EVERY);
-            every_second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let (mut reports_open, mut events_open, mut ends_open) = (true, true, true);
-            while reports_open || events_open || ends_open {
-                let msg = tokio::select! {
-                    biased;
-                    r = reports.recv(), if reports_open => match r {
-                        Some(r) => {
-                            let (task, attempt) = (r.report.task(), r.attempt);
-                            let mut kind = UpKind::from_report(r.report);
-                            if let (Some(storage), UpKind::Ack { checkpoint, states, written }) = (&storage, &mut kind) {
-                                *written = write_states(storage, *checkpoint, states).await;
-                            }
-                            Up { epoch, attempt, task, kind }
-                        }
-                        None => { reports_open = false; continue; }
-                    },
-                    e = to_coordinators.recv(), if events_open => match e {
-                        Some(e) => Up {
-                            epoch,
-                            attempt: e.attempt,
-                            task: task_of.get(&(e.node, e.subtask)).copied().unwrap_or(usize::MAX),
-                            kind: UpKind::ToCoordinator { node: e.node, subtask: e.subtask, event: e.event },
-                        },
-                        None => { events_open = false; continue; }
-                    },
-                    e = ended.recv(), if ends_open => match e {
-                        Some(e) => {
-                            // The task's last counters go before its end.
-                            if up.send(counters()).await.is_err() {
-                                return;
-                            }
-                            e
-                        }
-                        None => { ends_open = false; continue; }
-                    },
-                    _ = every_second.tick() => counters(),
-                };
-                if up.send(msg).await.is_err() {
-                    return;
-                }
-            }
-        });
+        tokio::spawn(forwarder.run(reports, to_coordinators, ended));
+        self.start(deployed, controls, ended_tx, epoch, attempt)?;
+        tracing::info!(epoch, attempt, tasks = ?tasks, "deployed tasks");
+        Ok(())
+    }
+
+    /// Spawns the deployed tasks of `attempt`, each reporting its end into `ended`; a task of
+    /// another attempt at the same index stops.
+    fn start(
+        self: &Arc<Self>,
+        deployed: Vec<DeployedTask>,
+        controls: Vec<(usize, mpsc::Sender<TaskControl>)>,
+        ended: mpsc::Sender<Up>,
+        epoch: u64,
+        attempt: AttemptNumber,
+    ) -> Result<(), JobError> {
+        let controls: HashMap<usize, mpsc::Sender<TaskControl>> = controls.into_iter().collect();
         let mut running = lock(&self.running);
         for t in deployed {
             let index = t.index;
-            let (sends, receives) = pumps_of.remove(&index).unwrap_or_default();
-            let fut = t.task.run();
-            let ended_tx = ended_tx.clone();
-            let worker = Arc::downgrade(self);
+            let control = controls
+                .get(&index)
+                .cloned()
+                .ok_or_else(|| JobError::Internal(format!("task {index} has no mailbox")))?;
+            let (ended, worker) = (ended.clone(), Arc::downgrade(self));
             let handle = tokio::spawn(async move {
-                let result = run_with_pumps(fut, sends, receives).await;
+                let result = t.task.run().await;
                 if let Err(e) = &result {
                     tracing::debug!(task = index, error = ?e, "task failed");
                 }
@@ -272,32 +246,27 @@ impl Worker {
                         running.remove(&index);
                     }
                 }
-                let _ = ended_tx
+                let kind = UpKind::Ended(result.map_err(RemoteTaskError::from_task_error));
+                let _ = ended
                     .send(Up {
                         epoch,
                         attempt,
                         task: index,
-                        kind: UpKind::Ended(result.map_err(RemoteTaskError::from_task_error)),
+                        kind,
                     })
                     .await;
             });
-            let control = controls
-                .get(&index)
-                .cloned()
-                .ok_or_else(|| JobError::Internal(format!("task {index} has no mailbox")))?;
-            if let Some(old) = running.insert(
-                index,
-                Running {
-                    epoch,
-                    attempt,
-                    control,
-                    abort: handle.abort_handle(),
-                },
-            ) {
+            let abort = handle.abort_handle();
+            let new = Running {
+                epoch,
+                attempt,
+                control,
+                abort,
+            };
+            if let Some(old) = running.insert(index, new) {
                 old.abort.abort();
             }
         }
-        tracing::info!(epoch, attempt, tasks = ?tasks, "deployed tasks");
         Ok(())
     }
 
@@ -347,12 +316,116 @@ impl Worker {
     }
 }
 
+/// Sends up what the tasks of one deployment report, in order (rule 1): reports, coordinator
+/// events, their counters every second, and their ends, each end after the last counters.
+struct Forwarder {
+    epoch: u64,
+    attempt: AttemptNumber,
+    up: mpsc::Sender<Up>,
+    storage: Option<Arc<dyn CheckpointStorage>>,
+    /// The task running each operator subtask.
+    task_of: BTreeMap<(NodeId, usize), usize>,
+    metrics: MetricsRegistry,
+}
+
+impl Forwarder {
+    async fn run(
+        self,
+        mut reports: mpsc::Receiver<AttemptReport>,
+        mut to_coordinators: mpsc::Receiver<ToCoordinator>,
+        mut ended: mpsc::Receiver<Up>,
+    ) {
+        let mut every_second = tokio::time::interval(METRICS_EVERY);
+        every_second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let (mut reports_open, mut events_open, mut ends_open) = (true, true, true);
+        while reports_open || events_open || ends_open {
+            let msg = tokio::select! {
+                biased;
+                r = reports.recv(), if reports_open => match r {
+                    Some(r) => self.report(r).await,
+                    None => { reports_open = false; continue; }
+                },
+                e = to_coordinators.recv(), if events_open => match e {
+                    Some(e) => self.event(e),
+                    None => { events_open = false; continue; }
+                },
+                e = ended.recv(), if ends_open => match e {
+                    Some(e) => {
+                        // The task's last counters go before its end.
+                        if self.up.send(self.counters()).await.is_err() {
+                            return;
+                        }
+                        e
+                    }
+                    None => { ends_open = false; continue; }
+                },
+                _ = every_second.tick() => self.counters(),
+            };
+            if self.up.send(msg).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// A task's report, with the state files of an acknowledgement written here.
+    async fn report(&self, r: AttemptReport) -> Up {
+        let (task, attempt) = (r.report.task(), r.attempt);
+        let mut kind = UpKind::from_report(r.report);
+        if let (
+            Some(storage),
+            UpKind::Ack {
+                checkpoint,
+                states,
+                written,
+            },
+        ) = (&self.storage, &mut kind)
+        {
+            *written = write_states(storage, *checkpoint, states).await;
+        }
+        Up {
+            epoch: self.epoch,
+            attempt,
+            task,
+            kind,
+        }
+    }
+
+    /// An event from an operator subtask to its coordinator.
+    fn event(&self, e: ToCoordinator) -> Up {
+        Up {
+            epoch: self.epoch,
+            attempt: e.attempt,
+            task: self
+                .task_of
+                .get(&(e.node, e.subtask))
+                .copied()
+                .unwrap_or(usize::MAX),
+            kind: UpKind::ToCoordinator {
+                node: e.node,
+                subtask: e.subtask,
+                event: e.event,
+            },
+        }
+    }
+
+    /// The counters of the deployment's operator subtasks.
+    fn counters(&self) -> Up {
+        let all = self.metrics.snapshot().subtasks;
+        Up {
+            epoch: self.epoch,
+            attempt: self.attempt,
+            task: usize::MAX,
+            kind: UpKind::Metrics(all.iter().map(RemoteMetrics::of).collect()),
+        }
+    }
+}
+
 /// Writes a task's acknowledged states to the checkpoint storage (encoded on the blocking
 /// pool); the handles, or none when a write failed (the job master then writes them).
 async fn write_states(
     storage: &Arc<dyn CheckpointStorage>,
     checkpoint: CheckpointId,
-    states: &[(sluice_core::NodeId, usize, crate::state::OperatorState)],
+    states: &[(NodeId, usize, crate::state::OperatorState)],
 ) -> Vec<StateFileHandle> {
     let writes = states.iter().map(|(node, subtask, state)| {
         let (storage, state, node, subtask) = (storage.clone(), state.clone(), *node, *subtask);
@@ -374,30 +447,4 @@ async fn write_states(
             Vec::new()
         }
     }
-}
-
-/// Runs a task with its pumps: a pump's failure fails the task; a task that ended
-/// successfully is done once its outgoing pumps delivered everything.
-async fn run_with_pumps(
-    task: futures::future::BoxFuture<'static, Result<(), TaskError>>,
-    sends: Vec<crate::graph::erased::Pump>,
-    receives: Vec<crate::graph::erased::Pump>,
-) -> Result<(), TaskError> {
-    let mut sends: FuturesUnordered<_> = sends.into_iter().collect();
-    let mut receives: FuturesUnordered<_> = receives.into_iter().collect();
-    let mut task = task;
-    loop {
-        tokio::select! {
-            r = &mut task => {
-                r?;
-                break;
-            }
-            Some(r) = sends.next(), if !sends.is_empty() => r?,
-            Some(r) = receives.next(), if !receives.is_empty() => r?,
-        }
-    }
-    while let Some(r) = sends.next().await {
-        r?;
-    }
-    Ok(())
 }

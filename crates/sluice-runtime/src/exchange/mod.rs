@@ -6,10 +6,12 @@
 //! partitioner and sends a buffer when it is full or when the producer has nothing more ready. A
 //! full channel makes the writer wait, which stops its task from reading input: backpressure
 //! travels upstream channel by channel until it reaches the source. The consumer's `gate` reads
-//! all its channels fairly and merges their watermarks.
+//! all its channels fairly and merges their watermarks. In cluster mode, a channel between
+//! processes is a local channel on each side and a pump between them (`remote`).
 
 pub(crate) mod gate;
 pub mod partitioner;
+pub(crate) mod remote;
 pub(crate) mod writer;
 
 use sluice_core::StreamElement;

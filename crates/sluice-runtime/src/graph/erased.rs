@@ -4,10 +4,9 @@
 //! behind `Box<dyn Any>` ([`AnyBox`]). Downcasts happen once per subtask at deployment, never on
 //! the record path; a failed downcast is a runtime defect and is reported as such.
 
-use crate::cluster::wire::{ElementIn, ElementOut};
-use crate::cluster::{OpenReceiver, OpenSender, TransportError};
 use crate::error::{JobError, TaskError};
 use crate::exchange::partitioner::Partitioner;
+use crate::exchange::remote::{self, OpenReceiver, OpenSender, Pump};
 use crate::exchange::writer::{
     BroadcastRoute, CustomRoute, ForwardRoute, HashRoute, NetworkWriter, RebalanceRoute,
 };
@@ -21,7 +20,6 @@ use crate::task::control::TaskMailbox;
 use crate::task::input::{SourceHeadInput, SourceInput, SourceReader, TaskInput};
 use crate::task::runner::Task;
 use futures::future::BoxFuture;
-use sluice_core::StreamElement;
 use sluice_core::{Data, UserError};
 use std::any::Any;
 use std::hash::Hash;
@@ -247,22 +245,14 @@ pub(crate) trait OutputOps: Send + Sync {
     fn channel(&self, capacity: usize) -> (AnyBox, AnyBox);
     fn null_stage(&self) -> AnyBox;
     fn tee_stage(&self, nexts: Vec<AnyBox>) -> Result<AnyBox, JobError>;
-    /// Carries what a channel's receiver `rx` gets to another process: encodes each element
-    /// and sends it on the data-plane channel `out` opens, until the end of input.
+    /// Carries what a channel's receiver `rx` gets to another process
+    /// ([`remote::send_pump`]).
     fn send_pump(&self, rx: AnyBox, out: OpenSender, what: String) -> Result<Pump, JobError>;
-    /// Carries what arrives on the data-plane channel `input` opens into a channel's sender
-    /// `tx`, decoding each element, until the end of input.
+    /// Carries what arrives from another process into a channel's sender `tx`
+    /// ([`remote::receive_pump`]).
     fn receive_pump(&self, input: OpenReceiver, tx: AnyBox, what: String)
     -> Result<Pump, JobError>;
 }
-
-/// How many bytes of encoded elements a send pump gathers into one data-plane frame at most
-/// (plus the last element's), when several are waiting or credit is short. A receiver's
-/// window of W buffers holds at most W such frames per channel.
-const REMOTE_FRAME_BYTES: usize = 32 * 1024;
-
-/// A future that moves one channel's elements across processes; it fails the task it serves.
-pub(crate) type Pump = BoxFuture<'static, Result<(), TaskError>>;
 
 pub(crate) struct TypedOutput<T>(pub(crate) PhantomData<fn() -> T>);
 
@@ -284,53 +274,8 @@ impl<T: Data> OutputOps for TypedOutput<T> {
         Ok(Box::new(s))
     }
     fn send_pump(&self, rx: AnyBox, out: OpenSender, what: String) -> Result<Pump, JobError> {
-        let mut rx = downcast::<ChannelReceiver<T>>(rx, "an outgoing remote channel")?;
-        Ok(Box::pin(async move {
-            let broken = |e: TransportError| TaskError::PeerGone(format!("{what}: {e}"));
-            let mut out = out.await.map_err(broken)?;
-            // Each frame is encoded into a buffer sized from the last one, so that the encoder
-            // never grows (and copies) it on the way.
-            let mut size_hint = 256;
-            let encode = |element: &StreamElement<T>, buf: &mut Vec<u8>| {
-                sluice_core::codec::encode_into(&ElementOut::of(element), buf).map_err(|e| {
-                    TaskError::Internal(format!("{what}: cannot encode a record: {e}"))
-                })?;
-                Ok::<_, TaskError>(matches!(element, StreamElement::EndOfInput))
-            };
-            while let Some(element) = rx.recv().await {
-                let mut buf = Vec::with_capacity(size_hint);
-                let mut end = encode(&element, &mut buf)?;
-                // Elements already waiting join the frame, in order, up to a size; and without
-                // credit the frame keeps gathering what arrives until credit comes or it is
-                // full: under backpressure frames grow (one credit and one trip through the
-                // connection for many batches, and the producer keeps running while the
-                // receiver catches up); with credit and nothing waiting, it goes at once.
-                let mut ready = out.ready();
-                while !end && buf.len() < REMOTE_FRAME_BYTES {
-                    tokio::select! {
-                        biased;
-                        next = rx.recv() => match next {
-                            Some(next) => end = encode(&next, &mut buf)?,
-                            // The producer stopped without ending its input; see below.
-                            None => return Ok(()),
-                        },
-                        r = &mut ready => {
-                            r.map_err(broken)?;
-                            break;
-                        }
-                    }
-                }
-                drop(ready);
-                size_hint = size_hint.max(buf.len() + buf.len() / 8 + 64);
-                out.send(buf).await.map_err(broken)?;
-                if end {
-                    return out.close().await.map_err(broken);
-                }
-            }
-            // The producer stopped without ending its input (it failed or was cancelled): the
-            // consumer learns it from the job master, not from this channel.
-            Ok(())
-        }))
+        let rx = downcast::<ChannelReceiver<T>>(rx, "an outgoing remote channel")?;
+        Ok(remote::send_pump(rx, out, what))
     }
     fn receive_pump(
         &self,
@@ -339,33 +284,7 @@ impl<T: Data> OutputOps for TypedOutput<T> {
         what: String,
     ) -> Result<Pump, JobError> {
         let tx = downcast::<ChannelSender<T>>(tx, "an incoming remote channel")?;
-        Ok(Box::pin(async move {
-            let broken = |e: TransportError| TaskError::PeerGone(format!("{what}: {e}"));
-            let mut input = input.await.map_err(broken)?;
-            loop {
-                let Some(bytes) = input.recv().await.map_err(broken)? else {
-                    return Err(TaskError::PeerGone(format!(
-                        "{what}: the channel closed before the end of input"
-                    )));
-                };
-                // A frame holds one element or more, one encoding after another.
-                let mut rest = &bytes[..];
-                while !rest.is_empty() {
-                    let (element, after) = sluice_core::codec::decode_first::<ElementIn<T>>(rest)
-                        .map_err(|e| e.to_string())
-                        .and_then(|(e, after)| Ok((e.into_element()?, after)))
-                        .map_err(|e| {
-                            TaskError::Internal(format!("{what}: undecodable element: {e}"))
-                        })?;
-                    rest = after;
-                    let end = matches!(element, StreamElement::EndOfInput);
-                    if tx.send(element).await.is_err() || end {
-                        // The consumer is gone (it ended or was stopped), or nothing follows.
-                        return Ok(());
-                    }
-                }
-            }
-        }))
+        Ok(remote::receive_pump(input, tx, what))
     }
 }
 
@@ -516,244 +435,5 @@ impl<T: Data, P: Partitioner<T> + Clone> WriterFactory for CustomWriter<T, P> {
     }
     fn ship_strategy(&self) -> Option<&'static str> {
         Some(ship_strategy_of::<T, P>(&self.partitioner))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cluster::{ByteReceiver, ByteSender};
-    use sluice_core::Watermark;
-    use std::sync::{Arc, Mutex};
-
-    /// Records the frames a send pump writes, and replays them to a receive pump.
-    #[derive(Clone, Default)]
-    struct Frames(Arc<Mutex<Vec<Vec<u8>>>>);
-
-    impl ByteSender for Frames {
-        fn send(&mut self, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), TransportError>> {
-            self.0.lock().unwrap().push(bytes);
-            Box::pin(async { Ok(()) })
-        }
-        fn close(self: Box<Self>) -> BoxFuture<'static, Result<(), TransportError>> {
-            Box::pin(async { Ok(()) })
-        }
-    }
-
-    impl ByteReceiver for Frames {
-        fn recv(&mut self) -> BoxFuture<'_, Result<Option<Vec<u8>>, TransportError>> {
-            let mut frames = self.0.lock().unwrap();
-            let next = (!frames.is_empty()).then(|| frames.remove(0));
-            Box::pin(async move { Ok(next) })
-        }
-    }
-
-    /// A sender with real credit: `ready` and `send` wait for a permit of `credit`, and
-    /// `waiting` is told each time `ready` starts to wait.
-    struct Gated {
-        frames: Frames,
-        credit: Arc<tokio::sync::Semaphore>,
-        waiting: Arc<tokio::sync::Notify>,
-        held: bool,
-    }
-
-    impl ByteSender for Gated {
-        fn ready(&mut self) -> BoxFuture<'_, Result<(), TransportError>> {
-            Box::pin(async move {
-                if !self.held {
-                    self.waiting.notify_one();
-                    self.credit.acquire().await.unwrap().forget();
-                    self.held = true;
-                }
-                Ok(())
-            })
-        }
-        fn send(&mut self, bytes: Vec<u8>) -> BoxFuture<'_, Result<(), TransportError>> {
-            Box::pin(async move {
-                self.ready().await?;
-                self.held = false;
-                self.frames.0.lock().unwrap().push(bytes);
-                Ok(())
-            })
-        }
-        fn close(self: Box<Self>) -> BoxFuture<'static, Result<(), TransportError>> {
-            Box::pin(async { Ok(()) })
-        }
-    }
-
-    fn elements() -> Vec<StreamElement<u64>> {
-        vec![
-            StreamElement::records(vec![1, 2, 3]),
-            StreamElement::Watermark(Watermark::new(10)),
-            StreamElement::records(vec![4]),
-            StreamElement::EndOfInput,
-        ]
-    }
-
-    /// A send pump's opening of a [`Gated`] sender into `frames`, its credit, and the
-    /// notification of its waits.
-    fn gated(
-        frames: &Frames,
-    ) -> (
-        OpenSender,
-        Arc<tokio::sync::Semaphore>,
-        Arc<tokio::sync::Notify>,
-    ) {
-        let credit = Arc::new(tokio::sync::Semaphore::new(0));
-        let waiting = Arc::new(tokio::sync::Notify::new());
-        let sender: Box<dyn ByteSender> = Box::new(Gated {
-            frames: frames.clone(),
-            credit: credit.clone(),
-            waiting: waiting.clone(),
-            held: false,
-        });
-        (Box::pin(async move { Ok(sender) }), credit, waiting)
-    }
-
-    /// What a receive pump makes of `frames`.
-    async fn replay(frames: &Frames) -> Vec<StreamElement<u64>> {
-        // Room for every element: each takes at least one byte of a frame.
-        let bytes: usize = frames.0.lock().unwrap().iter().map(Vec::len).sum();
-        let (tx, mut rx) = channel::<u64>(bytes + 1);
-        let receiver: Box<dyn ByteReceiver> = Box::new(frames.clone());
-        let open: OpenReceiver = Box::pin(async move { Ok(receiver) });
-        TypedOutput::<u64>(PhantomData)
-            .receive_pump(open, Box::new(tx), "test".into())
-            .unwrap()
-            .await
-            .unwrap();
-        let mut got = Vec::new();
-        while let Ok(e) = rx.try_recv() {
-            got.push(e);
-        }
-        got
-    }
-
-    #[tokio::test]
-    async fn waiting_elements_share_a_frame_and_arrive_in_order() {
-        let ops = TypedOutput::<u64>(PhantomData);
-        let (tx, rx) = channel::<u64>(8);
-        for e in elements() {
-            tx.send(e).await.unwrap();
-        }
-        let frames = Frames::default();
-        let sender: Box<dyn ByteSender> = Box::new(frames.clone());
-        let open: OpenSender = Box::pin(async move { Ok(sender) });
-        ops.send_pump(Box::new(rx), open, "test".into())
-            .unwrap()
-            .await
-            .unwrap();
-        // All four were waiting when the pump woke: one frame carries them.
-        assert_eq!(frames.0.lock().unwrap().len(), 1);
-        assert_eq!(replay(&frames).await, elements());
-    }
-
-    #[tokio::test]
-    async fn a_frame_waiting_for_credit_gathers_what_arrives_meanwhile() {
-        let ops = TypedOutput::<u64>(PhantomData);
-        let (tx, rx) = channel::<u64>(8);
-        let frames = Frames::default();
-        let (open, credit, waiting) = gated(&frames);
-        let pump = tokio::spawn(ops.send_pump(Box::new(rx), open, "test".into()).unwrap());
-        let mut sent = elements().into_iter();
-        tx.send(sent.next().unwrap()).await.unwrap();
-        // The pump holds the first batch and waits for credit; the rest arrives meanwhile.
-        waiting.notified().await;
-        for e in sent {
-            tx.send(e).await.unwrap();
-        }
-        // Let the pump take them all (it runs whenever this test yields; a pump that does not
-        // gather while it waits never will), then grant credit.
-        for _ in 0..1_000 {
-            if tx.capacity() == tx.max_capacity() {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        credit.add_permits(10);
-        pump.await.unwrap().unwrap();
-        assert_eq!(frames.0.lock().unwrap().len(), 1);
-        assert_eq!(replay(&frames).await, elements());
-    }
-
-    /// What a test does next to a running send pump.
-    #[derive(Clone, Debug)]
-    enum Step {
-        /// The producer sends a batch of this many records (or a watermark for 0).
-        Produce(usize),
-        /// The receiver grants this many credits.
-        Grant(usize),
-        /// Let the pump run.
-        Yield,
-    }
-
-    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
-        use proptest::prelude::*;
-        prop_oneof![
-            4 => (0usize..3_000).prop_map(Step::Produce),
-            2 => (1usize..4).prop_map(Step::Grant),
-            2 => Just(Step::Yield),
-        ]
-    }
-
-    proptest::proptest! {
-        /// However the producer's elements and the receiver's credit interleave, the frames
-        /// carry every element once, in order, each frame within its size bound, and never
-        /// more frames than credits granted.
-        #[test]
-        fn frames_keep_every_element_in_order_under_any_credit(
-            steps in proptest::collection::vec(step(), 1..60),
-        ) {
-            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-            rt.block_on(async move {
-                let ops = TypedOutput::<u64>(PhantomData);
-                let (tx, rx) = channel::<u64>(4);
-                let frames = Frames::default();
-                let (open, credit, _) = gated(&frames);
-                let pump = tokio::spawn(ops.send_pump(Box::new(rx), open, "test".into()).unwrap());
-                let mut sent = Vec::new();
-                let mut next = 0u64;
-                let mut granted = 0;
-                for step in steps {
-                    match step {
-                        Step::Produce(n) => {
-                            let e = if n == 0 {
-                                StreamElement::Watermark(Watermark::new(next as i64))
-                            } else {
-                                next += n as u64;
-                                StreamElement::records((next - n as u64..next).collect())
-                            };
-                            sent.push(e.clone());
-                            // A full channel means the pump waits for credit: grant one.
-                            while tx.try_send(e.clone()).is_err() {
-                                credit.add_permits(1);
-                                granted += 1;
-                                tokio::task::yield_now().await;
-                            }
-                        }
-                        Step::Grant(n) => {
-                            credit.add_permits(n);
-                            granted += n;
-                        }
-                        Step::Yield => tokio::task::yield_now().await,
-                    }
-                }
-                sent.push(StreamElement::EndOfInput);
-                while tx.try_send(StreamElement::EndOfInput).is_err() {
-                    tokio::task::yield_now().await;
-                }
-                credit.add_permits(1_000);
-                granted += 1_000;
-                pump.await.unwrap().unwrap();
-
-                let all = frames.0.lock().unwrap().clone();
-                assert!(all.len() <= granted);
-                // A batch of 3,000 records encodes to at most ~9 KiB.
-                for f in &all {
-                    assert!(f.len() <= REMOTE_FRAME_BYTES + 16 * 1024, "{}", f.len());
-                }
-                assert_eq!(replay(&frames).await, sent);
-            });
-        }
     }
 }

@@ -2,9 +2,7 @@
 
 use crate::error::JobError;
 
-/// The default number of key groups ([`JobConfig::max_parallelism`]), Flink's default for jobs
-/// of up to 128 subtasks.
-pub const DEFAULT_MAX_PARALLELISM: usize = 128;
+pub use crate::key_groups::DEFAULT_MAX_PARALLELISM;
 
 /// The configuration of a job, set through [`StreamEnvironment`](crate::StreamEnvironment).
 ///

@@ -4,11 +4,10 @@
 
 use crate::checkpoint::CompletedCheckpoint;
 use crate::checkpoint::persistence::CheckpointRun;
-use crate::cluster::RemoteTasks;
 use crate::error::JobError;
 use crate::failover::{FailoverStrategy, RestartStrategy};
 use crate::graph::StreamGraph;
-use crate::job::deploy::{DeployInputs, Deployment, Restore, Scope, deploy};
+use crate::job::deploy::{DeployInputs, Deployer, Deployment, Scope, deploy};
 use crate::job::handle::{HandleRequest, SharedMetrics};
 use crate::job::plan::Plan;
 use crate::job::{JobConfig, JobRecorder};
@@ -32,12 +31,13 @@ pub(crate) struct JobSpec {
     /// Whether to restore the newest valid checkpoint of the job's own checkpoint storage, if
     /// it holds one, before the first attempt.
     pub(crate) resume_latest: bool,
-    /// In cluster mode: the stand-ins that run every task on task managers.
-    pub(crate) remote: Option<Arc<RemoteTasks>>,
+    /// What builds the tasks: here, or stand-ins for tasks on task managers in cluster mode.
+    pub(crate) deployer: Arc<dyn Deployer>,
 }
 
 impl JobSpec {
-    /// Deploys the tasks in `scope`: here, or on task managers in cluster mode.
+    /// Deploys the tasks in `scope` through the job's deployer: here, or on task managers in
+    /// cluster mode.
     pub(crate) fn deploy(
         &self,
         inputs: &DeployInputs<'_>,
@@ -45,22 +45,14 @@ impl JobSpec {
         attempt: AttemptNumber,
         restore: Option<&CompletedCheckpoint>,
     ) -> Result<Deployment, JobError> {
-        match &self.remote {
-            Some(remote) => remote.deploy(inputs, scope, attempt, restore),
-            None => deploy(inputs, scope, attempt, Restore::Checkpoint(restore)),
-        }
+        deploy(self.deployer.as_ref(), inputs, scope, attempt, restore)
     }
 
-    /// How long a failing job waits for a root cause from other processes, in cluster mode.
+    /// How long a failing job waits for a root cause from other processes (cluster mode).
     pub(crate) fn root_cause_grace(&self) -> Option<Duration> {
-        self.remote.as_ref().map(|_| REMOTE_ROOT_CAUSE_GRACE)
+        self.deployer.root_cause_grace()
     }
 }
-
-/// How long a job whose tasks run on task managers waits for a failure's root cause when the
-/// first failure to arrive is a consequence (a task that lost its peer): the root cause's report
-/// travels from another task manager and may be a few messages behind.
-const REMOTE_ROOT_CAUSE_GRACE: Duration = Duration::from_secs(1);
 
 /// The channels the master reads besides those of an attempt.
 pub(crate) struct MasterInputs {

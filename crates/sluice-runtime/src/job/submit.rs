@@ -8,10 +8,10 @@
 
 use crate::checkpoint::CheckpointSettings;
 use crate::checkpoint::persistence::{CheckpointRun, StoragePersistence, default_dir};
-use crate::cluster::{RemoteTasks, WorkerJob};
 use crate::error::JobError;
 use crate::failover::{ExponentialBackoff, FailoverStrategy, RestartStrategy};
 use crate::graph::{NodeKind, StreamGraph};
+use crate::job::deploy::Deployer;
 use crate::job::driver::run_job;
 use crate::job::handle::{REQUEST_CAPACITY, SharedMetrics};
 use crate::job::machine::RunSummary;
@@ -140,26 +140,22 @@ impl Submission<'_> {
 }
 
 impl Prepared {
-    /// The plan and configuration, for a task manager that runs parts of the job.
-    pub(crate) fn into_worker_job(self, graph: StreamGraph) -> WorkerJob {
-        WorkerJob {
-            fingerprint: graph.fingerprint(),
-            graph,
-            plan: self.plan,
-            config: self.config,
-            storage: self.checkpoints.map(|(_, storage)| storage),
-        }
+    /// The plan, the configuration and the checkpoint storage, for a task manager that runs
+    /// parts of the job.
+    pub(crate) fn into_worker_parts(self) -> (Plan, JobConfig, Option<Arc<dyn CheckpointStorage>>) {
+        let storage = self.checkpoints.map(|(_, storage)| storage);
+        (self.plan, self.config, storage)
     }
 
-    /// Spawns the job master for `graph` and returns its handle; with `remote`, its tasks run
-    /// on task managers.
-    pub(crate) fn launch(self, graph: StreamGraph, remote: Option<Arc<RemoteTasks>>) -> JobHandle {
+    /// Spawns the job master for `graph` and returns its handle; `deployer` builds its tasks
+    /// (here, or on task managers).
+    pub(crate) fn launch(self, graph: StreamGraph, deployer: Arc<dyn Deployer>) -> JobHandle {
         let checkpointing = self.checkpoints.map(|(settings, storage)| {
             let persistence = Arc::new(StoragePersistence {
                 storage: storage.clone(),
                 fingerprint: graph.fingerprint(),
                 max_parallelism: self.config.max_parallelism,
-                written: remote.as_ref().map(|r| r.written_states()),
+                written: deployer.written_states(),
             });
             CheckpointRun {
                 settings,
@@ -184,7 +180,7 @@ impl Prepared {
             failover: self.failover,
             restore_path: self.restore_from,
             resume_latest: self.resume_latest,
-            remote,
+            deployer,
         };
         let cancel = CancellationToken::new();
         let (request_tx, requests) = mpsc::channel(REQUEST_CAPACITY);

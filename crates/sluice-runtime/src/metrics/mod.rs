@@ -13,6 +13,9 @@
 //! most [`MAX_REPORTED_METRICS`] values of each kind per subtask, at most
 //! [`MAX_HISTOGRAM_BOUNDS`] bounds per histogram.
 
+mod remote;
+pub use remote::RemoteMetrics;
+
 use serde::{Deserialize, Serialize};
 use sluice_core::sync::lock;
 use sluice_core::{NodeId, SubtaskIndex};
@@ -374,23 +377,6 @@ impl OperatorMetrics {
             m.report(&mut out);
         }
         out
-    }
-
-    /// Takes the values a task manager reported for this subtask (cluster mode: the job
-    /// master's copy of a subtask that runs elsewhere).
-    pub(crate) fn mirror(&self, m: &crate::cluster::wire::RemoteMetrics) {
-        self.records_in.store(m.records_in, Ordering::Relaxed);
-        self.records_out.store(m.records_out, Ordering::Relaxed);
-        self.busy_ns.store(m.busy_ns, Ordering::Relaxed);
-        self.backpressured_ns
-            .store(m.backpressured_ns, Ordering::Relaxed);
-        self.events_to_coordinator
-            .store(m.events_to_coordinator, Ordering::Relaxed);
-        self.events_from_coordinator
-            .store(m.events_from_coordinator, Ordering::Relaxed);
-        let mut report = m.report.clone();
-        *lock(&self.gauges) = std::mem::take(&mut report.gauges);
-        *lock(&self.mirrored) = report;
     }
 
     /// Counts one event this subtask sent to its coordinator.

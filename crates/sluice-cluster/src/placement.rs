@@ -7,7 +7,7 @@
 //! contributing its slot count.
 //!
 //! ```
-//! use sluice_runtime::cluster::placement::slot_owners;
+//! use sluice_cluster::placement::slot_owners;
 //!
 //! let tms = [("tm-a".to_string(), 2), ("tm-b".to_string(), 1)];
 //! assert_eq!(slot_owners(3, &tms).unwrap(), ["tm-a", "tm-a", "tm-b"]);
