@@ -43,7 +43,7 @@ impl Job {
             .env("SLUICE_DEMO_PARALLELISM", self.parallelism.to_string())
             .env("SLUICE_DEMO_RATE", self.rate.to_string())
             // Completed checkpoints are logged at debug level: the tests wait for them.
-            .env("RUST_LOG", "info,sluice_runtime::job::master=debug")
+            .env("RUST_LOG", "info,sluice_runtime::job::driver=debug")
             .env_remove("SLUICE_MODE")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
