@@ -1,6 +1,7 @@
 //! Bad input: a record that does not fit the table fails the job naming the field; an existing
 //! table with an incompatible schema fails the submission; catalog failures on commit are retried
-//! with backoff, and when they persist the job fails with the catalog's message.
+//! with backoff, and when they persist the job fails with the catalog's message; a warehouse path
+//! that is a file is refused, naming it.
 
 mod common;
 
@@ -216,4 +217,21 @@ fn persistent_commit_failures_fail_the_job_with_the_catalogs_message() {
         "{text}"
     );
     assert_eq!(calls, 3, "three tries");
+}
+
+#[test]
+fn a_warehouse_path_that_is_a_file_is_refused_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("warehouse");
+    std::fs::write(&file, b"not a directory").unwrap();
+    for path in [file.clone(), file.join("below")] {
+        let err = IcebergCatalog::sqlite("local", &path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&file.display().to_string()) && err.contains("is not a directory"),
+            "{err}"
+        );
+        assert!(!err.contains("File exists"), "{err}");
+    }
 }
