@@ -117,7 +117,10 @@ mod tests {
         /// Whatever the checkpoints hold: those with files are committed, no `max` empty ones in
         /// a row are skipped, and an empty one is committed only after `max - 1` skipped ones.
         #[test]
-        fn never_max_empty_checkpoints_in_a_row_are_skipped(max in 1usize..6, checkpoints in proptest::collection::vec(any::<bool>(), 0..60)) {
+        fn never_max_empty_checkpoints_in_a_row_are_skipped(
+            max in 1usize..6,
+            checkpoints in proptest::collection::vec(any::<bool>(), 0..60),
+        ) {
             let mut count = EmptyCommits::new(NonZeroUsize::new(max).unwrap());
             let mut skipped = 0;
             for has_files in checkpoints {

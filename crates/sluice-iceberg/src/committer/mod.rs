@@ -213,7 +213,8 @@ impl TwoPhaseCommitSink<WriteResult> for IcebergCommitter {
                 Ok(self.commit_files(Some(c.0), &txn.job_id, txn.files)?)
             }
             Some(c) => {
-                tracing::debug!(table = %self.config.table_name(), checkpoint = c.0, "no data files: commit skipped");
+                let table = self.config.table_name();
+                tracing::debug!(%table, checkpoint = c.0, "no data files: commit skipped");
                 Ok(())
             }
         }
