@@ -2,10 +2,11 @@
 //! it: writer subtasks write Parquet data files rolled by size and, at each checkpoint barrier,
 //! close them and hand their list to a single committer ahead of the barrier; the committer keeps
 //! the lists per checkpoint in its checkpointed state and commits each completed checkpoint as
-//! one snapshot whose summary records the job id and the checkpoint id; after a restore it skips
-//! the checkpoints the table already holds. Records are distributed to the writers as Iceberg's
-//! `write.distribution-mode` says: `none`, `hash` (by partition key) or `range` (the range
-//! shuffle of `sluice-shuffle`, by partition key and sort order).
+//! one snapshot whose summary records the job id and the checkpoint id (a run of checkpoints
+//! without data commits an empty one every `max_continuous_empty_commits`); after a restore it
+//! skips the checkpoints the table already holds. Records are distributed to the writers as
+//! Iceberg's `write.distribution-mode` says: `none`, `hash` (by partition key) or `range` (the
+//! range shuffle of `sluice-shuffle`, by partition key and sort order).
 //!
 //! Where to find things:
 //! - [`IcebergSink`] / [`IcebergSinkBuilder`] (`sink.rs`): the table, its spec, file size,
@@ -17,8 +18,9 @@
 //!   `schema::serde_type` (feature `serde-schema`): a schema derived from a serde type;
 //!   [`schema::key`]: partition fields and the distribution key;
 //! - [`writer`]: the writer operator and the [`WriteResult`] it hands on at a barrier;
-//! - [`committer`]: the committer operator; [`committer::decide`]: its pure decisions (what the
-//!   table already holds, what is left to commit);
+//! - [`committer`]: the committer, a `TwoPhaseCommitSink` of [`WriteResult`]s;
+//!   [`committer::decide`]: its pure decisions (what the table already holds, what is left to
+//!   commit, when a checkpoint without files is committed);
 //! - reading a table back (`read.rs`): [`IcebergCatalog::scan_table`],
 //!   [`IcebergCatalog::table_overview`] ([`TableOverview`], [`DataFileInfo`]),
 //!   [`IcebergCatalog::drop_table`];

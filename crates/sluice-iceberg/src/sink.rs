@@ -5,7 +5,8 @@
 
 use crate::catalog::IcebergCatalog;
 use crate::catalog::retry::{RetryPolicy, with_retries};
-use crate::committer::IcebergCommitterOp;
+use crate::committer::IcebergCommitter;
+use crate::committer::decide::DEFAULT_MAX_CONTINUOUS_EMPTY_COMMITS;
 use crate::error::IcebergSinkError;
 use crate::io;
 use crate::schema::key::{KeyExtractor, PartitionField};
@@ -22,6 +23,7 @@ use sluice_core::Data;
 use sluice_runtime::{DataStream, DataStreamSink};
 use sluice_shuffle::{RangeShuffle, RangeShuffleConfig};
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 /// How records are distributed to the writers: Iceberg's `write.distribution-mode`.
@@ -74,6 +76,7 @@ pub(crate) struct SinkConfig {
     pub(crate) retry: RetryPolicy,
     pub(crate) job_id: Option<String>,
     pub(crate) after_commit: Option<AfterCommit>,
+    pub(crate) max_continuous_empty_commits: NonZeroUsize,
 }
 
 impl SinkConfig {
@@ -152,6 +155,7 @@ impl IcebergSink {
             retry: RetryPolicy::default(),
             job_id: None,
             after_commit: None,
+            max_continuous_empty_commits: DEFAULT_MAX_CONTINUOUS_EMPTY_COMMITS.get(),
         }
     }
 }
@@ -173,6 +177,7 @@ pub struct IcebergSinkBuilder {
     retry: RetryPolicy,
     job_id: Option<String>,
     after_commit: Option<AfterCommit>,
+    max_continuous_empty_commits: usize,
 }
 
 impl fmt::Debug for IcebergSinkBuilder {
@@ -296,6 +301,16 @@ impl IcebergSinkBuilder {
         self
     }
 
+    /// Commits a checkpoint without data files when it is the `n`-th such checkpoint in a row,
+    /// as a snapshot that only records the checkpoint, so the table's max committed checkpoint
+    /// moves on (Iceberg's `flink.max-continuous-empty-commits`, default 10). A checkpoint with
+    /// files is always committed, and any commit starts the count again. `n` must be positive:
+    /// 0 fails the submission.
+    pub fn max_continuous_empty_commits(mut self, n: usize) -> Self {
+        self.max_continuous_empty_commits = n;
+        self
+    }
+
     /// Calls `hook` after each checkpoint's commit; an error fails the job there.
     pub fn after_commit(mut self, hook: AfterCommit) -> Self {
         self.after_commit = Some(hook);
@@ -314,6 +329,19 @@ impl IcebergSinkBuilder {
             table: self.table.clone(),
             reason: e.to_string(),
         })
+    }
+
+    /// Checks the settings that need no table.
+    fn check_settings(&self) -> Result<(), IcebergSinkError> {
+        if self.max_continuous_empty_commits == 0 {
+            return Err(IcebergSinkError::Config {
+                table: self.table.clone(),
+                reason: "max_continuous_empty_commits (Iceberg's \
+                         flink.max-continuous-empty-commits) must be positive, got 0"
+                    .to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// Loads the table, creating it if asked and missing; checks the records' schema against it.
@@ -430,7 +458,8 @@ impl IcebergSinkBuilder {
     /// Creates / loads and checks the table; returns the shared configuration, the table (when
     /// it could be prepared) and the error that must fail the submission (when not).
     pub(crate) fn config(&self) -> (Arc<SinkConfig>, Option<Table>, Option<String>) {
-        let prepared = self.ident().and_then(|ident| {
+        let prepared = self.check_settings().and_then(|()| {
+            let ident = self.ident()?;
             let table = self.prepare(&ident)?;
             Ok((ident, table))
         });
@@ -449,6 +478,9 @@ impl IcebergSinkBuilder {
             retry: self.retry,
             job_id: self.job_id.clone(),
             after_commit: self.after_commit.clone(),
+            // 0 fails the submission (`check_settings`).
+            max_continuous_empty_commits: NonZeroUsize::new(self.max_continuous_empty_commits)
+                .unwrap_or(DEFAULT_MAX_CONTINUOUS_EMPTY_COMMITS),
         });
 
         (config, table, error)
@@ -519,9 +551,9 @@ impl IcebergSinkBuilder {
         }
         writers
             .rebalance()
-            .transform("Iceberg committer", IcebergCommitterOp::new(config))
+            .sink_to_exactly_once(IcebergCommitter::new(config))
+            .name("Iceberg committer")
             .parallelism(1)
-            .discard()
     }
 }
 

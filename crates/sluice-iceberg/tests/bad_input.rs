@@ -1,6 +1,7 @@
 //! Bad input: a record that does not fit the table fails the job naming the field; an existing
 //! table with an incompatible schema fails the submission; catalog failures on commit are retried
-//! with backoff, and when they persist the job fails with the catalog's message.
+//! with backoff, and when they persist the job fails with the catalog's message; a warehouse path
+//! that is a file is refused, naming it; so is `max_continuous_empty_commits(0)`.
 
 mod common;
 
@@ -216,4 +217,37 @@ fn persistent_commit_failures_fail_the_job_with_the_catalogs_message() {
         "{text}"
     );
     assert_eq!(calls, 3, "three tries");
+}
+
+#[test]
+fn a_warehouse_path_that_is_a_file_is_refused_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("warehouse");
+    std::fs::write(&file, b"not a directory").unwrap();
+    for path in [file.clone(), file.join("below")] {
+        let err = IcebergCatalog::sqlite("local", &path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&file.display().to_string()) && err.contains("is not a directory"),
+            "{err}"
+        );
+        assert!(!err.contains("File exists"), "{err}");
+    }
+}
+
+#[test]
+fn max_continuous_empty_commits_of_zero_fails_the_submission() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamEnvironment::new();
+    let s = env.from_iter((0..10u64).map(|i| event(i, 2)));
+    IcebergSink::builder(catalog(dir.path()), "db.t")
+        .create_if_missing(schema())
+        .max_continuous_empty_commits(0)
+        .sink(&s);
+    let text = env.execute_blocking("zero").unwrap_err().to_string();
+    assert!(
+        text.contains("max_continuous_empty_commits") && text.contains("got 0"),
+        "{text}"
+    );
 }

@@ -1,7 +1,8 @@
 //! Exactly once under failures: randomized jobs with frequent checkpoints, panics injected in
 //! front of the writers (also while snapshotting) and a failure of the committer right after a
-//! snapshot was committed and before the job saw that checkpoint through; every input row is in
-//! the table exactly once, and no checkpoint is committed twice.
+//! snapshot was committed and before the job saw that checkpoint through, with checkpoints
+//! without data committed as empty snapshots now and then; every input row is in the table
+//! exactly once, and no checkpoint is committed twice.
 //!
 //! `SLUICE_EXACTLY_ONCE_TRIALS=N` runs N trials instead of the CI default of 8.
 
@@ -32,6 +33,8 @@ fn trial(seed: u64) {
     };
     // The committer fails once, right after committing the k-th checkpoint's snapshot.
     let fail_after_commit = rng.range(1, 4) as u32;
+    // Checkpoints without data commit an empty snapshot every 1st to 4th in a row.
+    let empty_commits = rng.range(1, 4) as usize;
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = tempfile::tempdir().unwrap();
     let catalog = catalog(dir.path());
@@ -69,11 +72,12 @@ fn trial(seed: u64) {
         .partition_by(PartitionField::identity("key"))
         .distribution_mode(mode)
         .after_commit(hook)
+        .max_continuous_empty_commits(empty_commits)
         .sink(&stream);
     let context = format!(
         "seed {seed}: parallelism {p}, {n} records, {keys} keys, {mode:?}, checkpoints every \
          {interval:?}, up to {failures} failures (in snapshot: {in_snapshot}), committer fails \
-         after commit #{fail_after_commit}"
+         after commit #{fail_after_commit}, empty commits every {empty_commits}"
     );
     let result = env
         .execute_blocking("exactly-once iceberg")

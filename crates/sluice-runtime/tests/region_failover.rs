@@ -2,6 +2,7 @@
 //! pipelined region only, from the latest completed checkpoint, while the rest of the job keeps
 //! running; outputs stay exact either way.
 
+use sluice_core::CheckpointId;
 use sluice_runtime::api::TwoPhaseCommitSink;
 use sluice_runtime::failover::{FailoverStrategy, RestartStrategy};
 use sluice_runtime::prelude::*;
@@ -127,7 +128,11 @@ impl TwoPhaseCommitSink<u64> for Memory {
     fn pre_commit(&mut self, _txn: &mut Self::Transaction) -> Result<(), UserError> {
         Ok(())
     }
-    fn commit(&mut self, txn: Self::Transaction) -> Result<(), UserError> {
+    fn commit(
+        &mut self,
+        txn: Self::Transaction,
+        _checkpoint: Option<CheckpointId>,
+    ) -> Result<(), UserError> {
         if self.ids.lock().unwrap().insert((txn.0, txn.1)) {
             self.committed.lock().unwrap().extend(txn.2);
         }

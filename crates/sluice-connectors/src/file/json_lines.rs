@@ -2,7 +2,7 @@
 
 use super::blocking::blocking;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
-use sluice_core::UserError;
+use sluice_core::{CheckpointId, UserError};
 use sluice_runtime::OperatorContext;
 use sluice_runtime::api::TwoPhaseCommitSink;
 use std::fs::{self, File, OpenOptions};
@@ -199,7 +199,11 @@ impl<T: Serialize + Send + 'static> TwoPhaseCommitSink<T> for JsonLinesSink<T> {
         Ok(())
     }
 
-    fn commit(&mut self, txn: JsonTransaction) -> Result<(), UserError> {
+    fn commit(
+        &mut self,
+        txn: JsonTransaction,
+        _checkpoint: Option<CheckpointId>,
+    ) -> Result<(), UserError> {
         let from = self.path(&txn.in_progress_name());
         let to = self.path(&txn.name);
         blocking(|| {

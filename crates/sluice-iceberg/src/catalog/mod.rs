@@ -156,8 +156,20 @@ impl IcebergCatalog {
         )
     }
 
-    /// Creates `dir` if missing and makes it absolute.
+    /// Creates `dir` if missing and makes it absolute. A file where the directory (or one of its
+    /// parents) should be is named as such, rather than with the OS's "File exists".
     fn local_dir(name: &str, dir: &Path) -> Result<std::path::PathBuf, IcebergSinkError> {
+        if let Some(file) = dir.ancestors().find(|p| p.exists() && !p.is_dir()) {
+            return Err(IcebergSinkError::Catalog {
+                catalog: name.to_string(),
+                table: String::new(),
+                action: format!("use catalog directory {}", dir.display()),
+                message: format!(
+                    "{} is not a directory (a file is in the way)",
+                    file.display()
+                ),
+            });
+        }
         std::fs::create_dir_all(dir).map_err(|e| IcebergSinkError::Catalog {
             catalog: name.to_string(),
             table: String::new(),

@@ -1,10 +1,15 @@
-//! [`IcebergCommitterOp`], the single committer (parallelism 1): it gathers the writers'
-//! [`WriteResult`]s between two barriers, keeps them per checkpoint in its checkpointed state,
-//! and when a checkpoint completes commits the files of every pending checkpoint up to it, in
-//! checkpoint order, each as one Iceberg snapshot (a fast append) whose summary records the
-//! sink's job id and the checkpoint ([`decide`]'s keys). After a restore it reads the table's
-//! snapshot history and skips the restored checkpoints the table already holds, so a failure
-//! between a commit and the checkpoint's acknowledgement neither loses nor doubles a file.
+//! [`IcebergCommitter`], the single committer (parallelism 1): a [`TwoPhaseCommitSink`] of the
+//! writers' [`WriteResult`]s, driven by the runtime's [`TwoPhaseCommitOp`] like any exactly-once
+//! sink. A transaction is what one checkpoint hands it: the files received between two barriers
+//! ([`CheckpointFiles`]), kept pending per checkpoint in the operator's checkpointed state. When a
+//! checkpoint completes, the operator commits every pending checkpoint up to it, oldest first,
+//! each as one Iceberg snapshot (a fast append) whose summary records the sink's job id and the
+//! checkpoint ([`decide`]'s keys). A checkpoint without files is committed (as an empty snapshot)
+//! only when it ends a run of [`EmptyCommits`]' length, Iceberg's
+//! `flink.max-continuous-empty-commits`, so the table's max committed checkpoint moves on. After a
+//! restore it reads the table's snapshot history and skips the restored checkpoints the table
+//! already holds, so a failure between a commit and the checkpoint's acknowledgement neither
+//! loses nor doubles a file.
 
 pub mod decide;
 
@@ -13,70 +18,70 @@ use crate::error::IcebergSinkError;
 use crate::io;
 use crate::sink::SinkConfig;
 use crate::writer::{FileEntry, WriteResult};
-use decide::{JOB_ID_KEY, MAX_COMMITTED_CHECKPOINT_KEY, max_committed_checkpoint, still_to_commit};
+use decide::{
+    EmptyCommits, JOB_ID_KEY, MAX_COMMITTED_CHECKPOINT_KEY, max_committed_checkpoint,
+    still_to_commit,
+};
 use iceberg::spec::{DataFile, TableMetadata, deserialize_data_file_from_json};
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use serde::{Deserialize, Serialize};
-use sluice_core::{CheckpointId, UserError, codec};
-use sluice_runtime::operator::{Collector, Operator, OperatorContext};
-use sluice_runtime::state::OperatorState;
+use sluice_core::{CheckpointId, UserError};
+use sluice_runtime::OperatorContext;
+#[cfg(doc)]
+use sluice_runtime::api::TwoPhaseCommitOp;
+use sluice_runtime::api::{Restored, TwoPhaseCommitSink};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-/// What the committer stores at a checkpoint.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Stored {
-    job_id: String,
-    pending: Vec<(u64, Vec<FileEntry>)>,
+/// The committer's transaction: the data files the writers handed on for one checkpoint, with
+/// the job id they are committed under (Iceberg's `IcebergCommittable`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointFiles {
+    /// The sink's job id (`sluice.job-id` in the snapshot summary).
+    pub job_id: String,
+    /// The files, in the order they arrived.
+    pub files: Vec<FileEntry>,
 }
 
-/// The committer operator. Run it at parallelism 1.
-pub struct IcebergCommitterOp {
+/// The committer. Run it at parallelism 1, in a [`TwoPhaseCommitOp`].
+pub struct IcebergCommitter {
     config: Arc<SinkConfig>,
     job_id: String,
-    /// Files received since the last barrier.
-    received: Vec<FileEntry>,
-    /// Files per checkpoint, snapshotted and not yet committed.
-    pending: BTreeMap<u64, Vec<FileEntry>>,
-    restored: Vec<Vec<u8>>,
-    checkpointing: bool,
+    empty: EmptyCommits,
 }
 
-impl Clone for IcebergCommitterOp {
+impl Clone for IcebergCommitter {
     fn clone(&self) -> Self {
-        IcebergCommitterOp::new(self.config.clone())
+        IcebergCommitter::new(self.config.clone())
     }
 }
 
-impl IcebergCommitterOp {
+impl IcebergCommitter {
     pub(crate) fn new(config: Arc<SinkConfig>) -> Self {
-        IcebergCommitterOp {
+        let empty = EmptyCommits::new(config.max_continuous_empty_commits);
+        IcebergCommitter {
             config,
             job_id: String::new(),
-            received: Vec::new(),
-            pending: BTreeMap::new(),
-            restored: Vec::new(),
-            checkpointing: false,
+            empty,
         }
     }
 
-    /// The highest checkpoint of this job in the table.
-    fn committed_checkpoint(&self) -> Result<Option<u64>, IcebergSinkError> {
+    /// The highest checkpoint of `job_id` in the table.
+    fn committed_checkpoint(&self, job_id: &str) -> Result<Option<u64>, IcebergSinkError> {
         let table = self.config.load_table()?;
-        Ok(max_committed_in(table.metadata(), &self.job_id))
+        Ok(max_committed_in(table.metadata(), job_id))
     }
 
-    /// Commits `files` as one snapshot for `checkpoint` (`None`: without checkpointing).
-    fn commit(
+    /// Commits `files` as one snapshot for `checkpoint` (`None`: without checkpointing), under
+    /// `job_id`; with no files, a snapshot that only records the checkpoint.
+    fn commit_files(
         &self,
         checkpoint: Option<u64>,
+        job_id: &str,
         files: Vec<FileEntry>,
     ) -> Result<(), IcebergSinkError> {
-        if files.is_empty() {
-            return Ok(());
-        }
         let cfg = self.config.clone();
-        let job_id = self.job_id.clone();
+        let job_id = job_id.to_string();
         let action = match checkpoint {
             Some(c) => format!("commit checkpoint {c}"),
             None => "commit at end of input".to_string(),
@@ -129,21 +134,6 @@ impl IcebergCommitterOp {
         }
         Ok(())
     }
-
-    /// Commits every pending checkpoint up to `upto`, in order, dropping each once committed.
-    fn commit_upto(&mut self, upto: u64) -> Result<(), IcebergSinkError> {
-        while let Some(entry) = self.pending.first_entry() {
-            if *entry.key() > upto {
-                break;
-            }
-            let (checkpoint, files) = entry.remove_entry();
-            if let Err(e) = self.commit(Some(checkpoint), files.clone()) {
-                self.pending.insert(checkpoint, files);
-                return Err(e);
-            }
-        }
-        Ok(())
-    }
 }
 
 /// The highest checkpoint of `job_id` along the current snapshot's ancestry.
@@ -174,79 +164,92 @@ fn decode_files(metadata: &TableMetadata, files: &[FileEntry]) -> Result<Vec<Dat
         .collect()
 }
 
-impl Operator<WriteResult> for IcebergCommitterOp {
-    type Out = ();
+impl TwoPhaseCommitSink<WriteResult> for IcebergCommitter {
+    type Transaction = CheckpointFiles;
 
-    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
-        self.restored = state.into_entries();
+    fn open(&mut self, _ctx: &OperatorContext) -> Result<(), UserError> {
+        // A restore replaces it with the restored job id (`recover`).
+        self.job_id = self
+            .config
+            .job_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         Ok(())
     }
 
-    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
-        self.checkpointing = ctx.checkpointing_enabled();
-        let mut pending = BTreeMap::new();
-        let mut job_id = None;
-        for entry in std::mem::take(&mut self.restored) {
-            let stored: Stored = codec::decode(&entry)?;
-            job_id.get_or_insert(stored.job_id);
-            pending.extend(stored.pending);
-        }
-        self.job_id = match job_id {
-            Some(id) => id,
-            None => self
-                .config
-                .job_id
-                .clone()
-                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
-        };
-        if !pending.is_empty() {
-            // Restoring means the restored checkpoint completed: commit what the table lacks.
-            let committed = self.committed_checkpoint()?;
-            let last = pending.keys().next_back().copied().unwrap_or(0);
-            self.pending = still_to_commit(pending, committed).into_iter().collect();
-            self.commit_upto(last)?;
-        }
-        Ok(())
+    fn begin_transaction(&mut self) -> Result<CheckpointFiles, UserError> {
+        Ok(CheckpointFiles {
+            job_id: self.job_id.clone(),
+            files: Vec::new(),
+        })
     }
 
-    fn process_batch(
+    fn write(
         &mut self,
+        txn: &mut CheckpointFiles,
         batch: Vec<WriteResult>,
-        _out: &mut Collector<()>,
     ) -> Result<(), UserError> {
         for result in batch {
-            self.received.extend(result.files);
+            txn.files.extend(result.files);
         }
         Ok(())
     }
 
-    fn snapshot_state(
+    fn pre_commit(&mut self, _txn: &mut CheckpointFiles) -> Result<(), UserError> {
+        // The writers closed the files before they handed them on: they are durable already.
+        Ok(())
+    }
+
+    fn commit(
         &mut self,
-        checkpoint: CheckpointId,
-        _out: &mut Collector<()>,
-    ) -> Result<OperatorState, UserError> {
-        if !self.received.is_empty() {
-            self.pending
-                .entry(checkpoint.0)
-                .or_default()
-                .append(&mut self.received);
+        txn: CheckpointFiles,
+        checkpoint: Option<CheckpointId>,
+    ) -> Result<(), UserError> {
+        match checkpoint {
+            // Without checkpointing nothing else will commit (no exactly-once then).
+            None if txn.files.is_empty() => Ok(()),
+            None => Ok(self.commit_files(None, &txn.job_id, txn.files)?),
+            Some(c) if self.empty.commit(!txn.files.is_empty()) => {
+                Ok(self.commit_files(Some(c.0), &txn.job_id, txn.files)?)
+            }
+            Some(c) => {
+                let table = self.config.table_name();
+                tracing::debug!(%table, checkpoint = c.0, "no data files: commit skipped");
+                Ok(())
+            }
         }
-        let stored = Stored {
-            job_id: self.job_id.clone(),
-            pending: self.pending.iter().map(|(c, f)| (*c, f.clone())).collect(),
-        };
-        Ok(OperatorState::from_entries(vec![codec::encode(&stored)?]))
     }
 
-    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<(), UserError> {
-        Ok(self.commit_upto(checkpoint.0)?)
+    fn abort(&mut self, _txn: CheckpointFiles) -> Result<(), UserError> {
+        // Files of a checkpoint that never completes stay unreferenced (see the crate's docs).
+        Ok(())
     }
 
-    fn end_input(&mut self, _out: &mut Collector<()>) -> Result<(), UserError> {
-        if !self.checkpointing {
-            // Without checkpoints nothing else will commit: do it now (no exactly-once then).
-            let files = std::mem::take(&mut self.received);
-            self.commit(None, files)?;
+    fn recover(&mut self, restored: Restored<CheckpointFiles>) -> Result<(), UserError> {
+        let restored_job = restored
+            .pending
+            .first()
+            .map(|(_, t)| &t.job_id)
+            .or(restored.open.first().map(|t| &t.job_id));
+        if let Some(job_id) = restored_job {
+            // A restored job keeps its id.
+            self.job_id = job_id.clone();
+        }
+        if restored.pending.is_empty() {
+            return Ok(());
+        }
+        // Restoring means the restored checkpoint completed: commit what the table lacks.
+        let mut pending: BTreeMap<u64, CheckpointFiles> = BTreeMap::new();
+        for (c, txn) in restored.pending {
+            let entry = pending.entry(c.0).or_insert_with(|| CheckpointFiles {
+                job_id: txn.job_id,
+                files: Vec::new(),
+            });
+            entry.files.extend(txn.files);
+        }
+        let committed = self.committed_checkpoint(&self.job_id)?;
+        for (c, txn) in still_to_commit(pending, committed) {
+            self.commit(txn, Some(CheckpointId(c)))?;
         }
         Ok(())
     }

@@ -54,6 +54,5 @@ pub use processed::ProcessedStream;
 pub use sink::{CollectHandle, Sink};
 pub use source::{Generator, RateLimiter};
 pub use stream::{DataStream, DataStreamSink};
-pub(crate) use two_phase::TwoPhaseCommitOp;
-pub use two_phase::TwoPhaseCommitSink;
+pub use two_phase::{Restored, TwoPhaseCommitOp, TwoPhaseCommitSink};
 pub use windowed::WindowedStream;
