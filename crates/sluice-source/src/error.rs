@@ -41,6 +41,15 @@ pub enum SourceError {
         /// The attempt.
         attempt: sluice_core::AttemptNumber,
     },
+    /// A [`NumberSequenceSource`](crate::NumberSequenceSource) whose first number is above its
+    /// last (Flink refuses it too: `'from' must be <= 'to'`).
+    #[error("the sequence from {from} to {to} is descending: `from` must not be greater than `to`")]
+    DescendingSequence {
+        /// The first number asked for.
+        from: u64,
+        /// The last number asked for.
+        to: u64,
+    },
     /// An event or a state could not be encoded or decoded.
     #[error("cannot encode or decode {what}: {reason}")]
     Codec {
