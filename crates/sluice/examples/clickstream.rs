@@ -61,9 +61,11 @@
 //!   batch) through the same async wait operator, so checkpoints and the output are unchanged.
 //!
 //! While it runs, one progress line shows the clicks read per second, the lookups in flight,
-//! the largest share of the last second a subtask spent backpressured, and the last completed
-//! checkpoint with its duration (a plain line every 5 s when stdout is not a terminal), read
-//! from the job's live view (`JobHandle::observer`). `--ui 127.0.0.1:8081` serves the web
+//! the largest share of the last second a subtask spent backpressured and the busiest operator
+//! (with every lookup slot taken, the lookup reads busy and the operators before it in its chain
+//! backpressured: it holds them back), and the last completed checkpoint with its duration (a
+//! plain line every 5 s when stdout is not a terminal), read from the job's live view
+//! (`JobHandle::observer`). `--ui 127.0.0.1:8081` serves the web
 //! dashboard of the running job (its graph with records/s and backpressure, the checkpoint
 //! history, the last failure) and its REST API; `--metrics-addr 127.0.0.1:9249` serves its
 //! Prometheus metrics. At the end a short table sums the run up.
