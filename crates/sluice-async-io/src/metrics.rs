@@ -12,8 +12,13 @@
 //! `async_in_flight` (gauge), `async_completed`, `async_timeouts`, `async_retries`,
 //! `async_failures`, `async_batches` (counters) and `async_latency_seconds` (a histogram over
 //! [`LATENCY_BOUNDS_SECONDS`]), read only when they are read.
+//!
+//! The handle sees the subtasks that run in its own process. In cluster mode they run on the
+//! task managers, whose metric sources the job master mirrors into the job's metrics:
+//! [`AsyncMetricsSnapshot::from_job`] reads the operator's figures from there, in any mode.
 
 use sluice_core::sync::lock;
+use sluice_runtime::JobMetrics;
 use sluice_runtime::metrics::{HistogramSnapshot, MetricSource, MetricsReport};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -374,6 +379,60 @@ pub struct AsyncMetricsSnapshot {
 }
 
 impl AsyncMetricsSnapshot {
+    /// The figures of the async wait operator(s) named `operator`, summed over their subtasks,
+    /// as `metrics` holds them ([`JobHandle::metrics`](sluice_runtime::JobHandle::metrics) while
+    /// the job runs, [`JobResult::metrics`](sluice_runtime::JobResult) after): the published
+    /// counters, in-flight gauge and `async_latency_seconds` histogram. Unlike an
+    /// [`AsyncMetrics`] handle, which sees only the subtasks of its own process, this covers
+    /// subtasks running on task managers in cluster mode. The latency histogram is rebuilt from
+    /// the published buckets, spreading each bucket's count evenly over its range, so its
+    /// quantiles are estimates within a bucket (as Prometheus' `histogram_quantile` gives).
+    ///
+    /// ```
+    /// use sluice_async_io::{AsyncMetricsSnapshot, AsyncWait, async_fn};
+    /// use sluice_runtime::prelude::*;
+    /// use std::time::Duration;
+    ///
+    /// let env = StreamEnvironment::new();
+    /// env.set_parallelism(2);
+    /// let out = AsyncWait::new(async_fn(|x: u64| async move { Ok(Some(x)) }))
+    ///     .timeout(Duration::from_secs(10))
+    ///     .name("lookup")
+    ///     .unordered()
+    ///     .apply(&env.from_iter(0u64..100))
+    ///     .unwrap()
+    ///     .collect();
+    /// let result = env.execute_blocking("from job").unwrap();
+    /// let lookup = AsyncMetricsSnapshot::from_job(&result.metrics, "lookup");
+    /// assert_eq!((lookup.subtasks, lookup.completed, lookup.in_flight), (2, 100, 0));
+    /// assert_eq!(lookup.latency.count(), 100);
+    /// ```
+    pub fn from_job(metrics: &JobMetrics, operator: &str) -> Self {
+        let mut total = AsyncMetricsSnapshot::default();
+        for s in metrics.subtasks_of(operator) {
+            let counter = |name: &str| s.counters.get(name).copied().unwrap_or(0);
+            let one = AsyncMetricsSnapshot {
+                subtasks: 1,
+                in_flight: s
+                    .gauges
+                    .get("async_in_flight")
+                    .map_or(0, |g| u64::try_from(*g).unwrap_or(0)),
+                completed: counter("async_completed"),
+                timeouts: counter("async_timeouts"),
+                retries: counter("async_retries"),
+                failures: counter("async_failures"),
+                batches: counter("async_batches"),
+                latency: s
+                    .histograms
+                    .get("async_latency_seconds")
+                    .map(LatencyHistogram::from_published)
+                    .unwrap_or_default(),
+            };
+            total.merge(&one);
+        }
+        total
+    }
+
     fn merge(&mut self, other: &AsyncMetricsSnapshot) {
         self.subtasks += other.subtasks;
         self.in_flight += other.in_flight;
@@ -465,12 +524,59 @@ impl LatencyHistogram {
         self.max()
     }
 
+    /// A histogram rebuilt from a published one (seconds, inclusive upper bounds): each bucket's
+    /// count spread evenly over the fine buckets its range covers, the overflow bucket's at its
+    /// lower end. The count and the sum are the published ones; the maximum is the upper end of
+    /// the highest bucket that holds anything.
+    fn from_published(h: &HistogramSnapshot) -> Self {
+        let micros = |seconds: f64| (seconds.max(0.0) * 1e6).round() as u64;
+        let mut out = LatencyHistogram::default();
+        // Values in bucket `i` lie in (low, high] microseconds.
+        let mut low = 0u64;
+        for (i, &n) in h.counts.iter().enumerate() {
+            let high = h.bounds.get(i).map_or(low, |b| micros(*b).max(low));
+            if n > 0 {
+                if high == low {
+                    out.buckets[bucket_of(low)] += n;
+                } else {
+                    spread(&mut out.buckets, low, high, n);
+                }
+                out.max_us = out.max_us.max(high);
+            }
+            low = high;
+        }
+        out.sum_us = micros(h.sum);
+        out
+    }
+
     fn merge(&mut self, other: &LatencyHistogram) {
         for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
             *a += b;
         }
         self.sum_us = self.sum_us.saturating_add(other.sum_us);
         self.max_us = self.max_us.max(other.max_us);
+    }
+}
+
+/// Adds `n` observations spread evenly over the values `low + 1 ..= high` (µs, `low < high`) to
+/// the fine `buckets`, each bucket getting its share of the range (rounded so the shares add up
+/// to `n`).
+fn spread(buckets: &mut [u64], low: u64, high: u64, n: u64) {
+    let width = u128::from(high - low);
+    let (mut covered, mut given) = (0u128, 0u64);
+    let (first, last) = (bucket_of(low + 1), bucket_of(high));
+    for (b, bucket) in buckets.iter_mut().enumerate().take(last + 1).skip(first) {
+        let (lo, hi) = bucket_bounds(b);
+        // The values of bucket `b` ([lo, hi)) inside (low, high]; the last bucket takes the rest.
+        let span = if b == BUCKETS - 1 {
+            u128::from(high) - u128::from(lo.max(low + 1)) + 1
+        } else {
+            u128::from((hi - 1).min(high)) - u128::from(lo.max(low + 1)) + 1
+        };
+        covered += span;
+        let upto = (u128::from(n) * covered.min(width) / width) as u64;
+        *bucket += upto - given;
+        given = upto;
     }
 }
 
@@ -517,6 +623,60 @@ mod tests {
         assert_eq!(m.attempt_total().completed, 0);
         assert_eq!(m.total().completed, 2);
         assert_eq!(m.subtasks().len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod published_tests {
+    use super::*;
+
+    /// What the operator publishes, read back: every observation kept, each quantile within the
+    /// published bucket that holds it.
+    #[test]
+    fn a_published_histogram_is_rebuilt_with_its_count_sum_and_buckets() {
+        let m = AsyncMetrics::default();
+        let shared = m.register(0);
+        let mut local = LocalCounters::default();
+        let latencies_us = [
+            40u64, 300, 700, 3_000, 3_500, 4_000, 8_000, 20_000, 90_000_000,
+        ];
+        for us in latencies_us {
+            local.completed(Duration::from_micros(us));
+        }
+        local.publish(&shared, 0);
+        let mut report = MetricsReport::default();
+        shared.report(&mut report);
+        let published = &report.histograms["async_latency_seconds"];
+        let rebuilt = LatencyHistogram::from_published(published);
+        assert_eq!(rebuilt.count(), latencies_us.len() as u64);
+        assert_eq!(rebuilt.sum_us, latencies_us.iter().sum::<u64>());
+        // The median (3.5 ms) lies in the published bucket (2.5 ms, 5 ms].
+        let p50 = rebuilt.quantile(0.5).as_micros() as u64;
+        assert!((2_500..=5_000).contains(&p50), "{p50}");
+        // 90 s is above every bound: counted at the last bound (60 s), the maximum known.
+        assert_eq!(rebuilt.quantile(1.0), Duration::from_secs(60));
+        let p10 = rebuilt.quantile(0.1).as_micros() as u64;
+        assert!(p10 <= 100, "{p10}");
+    }
+
+    #[test]
+    fn spreading_keeps_every_observation() {
+        for (low, high, n) in [
+            (0u64, 100u64, 7u64),
+            (100, 250, 1),
+            (2_500, 5_000, 1_000),
+            (1, 2, 3),
+        ] {
+            let mut buckets = vec![0; BUCKETS];
+            spread(&mut buckets, low, high, n);
+            assert_eq!(buckets.iter().sum::<u64>(), n, "({low}, {high}]");
+            for (b, c) in buckets.iter().enumerate() {
+                if *c > 0 {
+                    let (lo, hi) = bucket_bounds(b);
+                    assert!(hi > low && lo <= high, "bucket {b} outside ({low}, {high}]");
+                }
+            }
+        }
     }
 }
 

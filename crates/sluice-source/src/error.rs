@@ -41,6 +41,36 @@ pub enum SourceError {
         /// The attempt.
         attempt: sluice_core::AttemptNumber,
     },
+    /// A [`NumberSequenceSource`](crate::NumberSequenceSource) whose first number is above its
+    /// last (Flink refuses it too: `'from' must be <= 'to'`).
+    #[error("the sequence from {from} to {to} is descending: `from` must not be greater than `to`")]
+    DescendingSequence {
+        /// The first number asked for.
+        from: u64,
+        /// The last number asked for.
+        to: u64,
+    },
+    /// A [`FileSource`](crate::FileSource)'s directory does not exist.
+    #[error("directory {} does not exist", path.display())]
+    NoSuchDirectory {
+        /// The path given to the source.
+        path: std::path::PathBuf,
+    },
+    /// A [`FileSource`](crate::FileSource)'s path exists but is not a directory (a regular file,
+    /// say): the source reads the files of a directory.
+    #[error("{} is not a directory: a file source reads the files in a directory", path.display())]
+    NotADirectory {
+        /// The path given to the source.
+        path: std::path::PathBuf,
+    },
+    /// A [`FileSource`](crate::FileSource)'s path could not be inspected.
+    #[error("cannot read the metadata of {}: {source}", path.display())]
+    DirectoryMetadata {
+        /// The path given to the source.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// An event or a state could not be encoded or decoded.
     #[error("cannot encode or decode {what}: {reason}")]
     Codec {

@@ -329,6 +329,23 @@ async fn a_missing_directory_is_refused_at_submit_time() {
     );
 }
 
+#[tokio::test]
+async fn a_regular_file_is_refused_at_submit_time_as_not_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    std::fs::write(&file, "{}\n").unwrap();
+    let env = StreamEnvironment::new();
+    env.from_source(FileSource::<Rec>::json_lines(&file), None, "inbox")
+        .discard();
+    let err = env.submit("file").map(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("source 'inbox'"), "{err}");
+    assert!(
+        err.contains(&format!("{} is not a directory", file.display())),
+        "{err}"
+    );
+    assert!(!err.contains("does not exist"), "{err}");
+}
+
 /// A source whose subtasks feed forward into the sink is one pipelined region per subtask: a
 /// failing reader restarts alone, the coordinator takes back the splits assigned to it since the
 /// restored checkpoint (`subtask_reset`) and serves them again, and every record is committed

@@ -12,6 +12,32 @@ use sluice_source::{DataGeneratorSource, FromSource, NumberSequenceSource};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Flink refuses `from > to` in `NumberSequenceSource`'s constructor; sluice refuses it when the
+/// job is submitted, naming both numbers and the source, instead of running an empty source.
+#[tokio::test]
+async fn a_descending_number_sequence_is_refused_at_submit_time() {
+    let env = StreamEnvironment::new();
+    env.from_source(NumberSequenceSource::new(10, 5), None, "numbers")
+        .discard();
+    let err = env
+        .submit("descending")
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("source 'numbers'"), "{err}");
+    assert!(
+        err.contains("the sequence from 10 to 5 is descending"),
+        "{err}"
+    );
+    // A one-number range is fine.
+    let env = StreamEnvironment::new();
+    let out = env
+        .from_source(NumberSequenceSource::new(7, 7), None, "one")
+        .collect();
+    env.execute("one").await.unwrap();
+    assert_eq!(out.take(), vec![7]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_number_sequence_is_exactly_once_under_random_failures() {
     let mut restarts = 0;

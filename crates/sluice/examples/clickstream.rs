@@ -61,9 +61,11 @@
 //!   batch) through the same async wait operator, so checkpoints and the output are unchanged.
 //!
 //! While it runs, one progress line shows the clicks read per second, the lookups in flight,
-//! the largest share of the last second a subtask spent backpressured, and the last completed
-//! checkpoint with its duration (a plain line every 5 s when stdout is not a terminal), read
-//! from the job's live view (`JobHandle::observer`). `--ui 127.0.0.1:8081` serves the web
+//! the largest share of the last second a subtask spent backpressured and the busiest operator
+//! (with every lookup slot taken, the lookup reads busy and the operators before it in its chain
+//! backpressured: it holds them back), and the last completed checkpoint with its duration (a
+//! plain line every 5 s when stdout is not a terminal), read from the job's live view
+//! (`JobHandle::observer`). `--ui 127.0.0.1:8081` serves the web
 //! dashboard of the running job (its graph with records/s and backpressure, the checkpoint
 //! history, the last failure) and its REST API; `--metrics-addr 127.0.0.1:9249` serves its
 //! Prometheus metrics. At the end a short table sums the run up.
@@ -91,7 +93,7 @@ use events::{Click, Expected, MINUTE_MS, RawClick, USERS, ZIPF_EXPONENT};
 use lookup::{EnrichedClick, LookupError, ProfileLookup, ServiceBehaviour};
 use progress::{Checkpoints, Progress, Reading};
 use sluice::JobHandle;
-use sluice::async_io::{AsyncMetrics, MAX_CAPACITY};
+use sluice::async_io::{AsyncMetricsSnapshot, MAX_CAPACITY};
 use sluice::failover::RestartStrategy;
 use sluice::prelude::*;
 use sluice::testing::FailureInjector;
@@ -106,6 +108,9 @@ use window::{ClicksPerMinute, CountClicks};
 const DEFAULT_EVENTS: u64 = 1_600_000;
 /// The name of the source, used to read its metrics.
 const SOURCE: &str = "Source: Click files";
+/// The lookup operator's name: its figures are read from the job's metrics by this name, which
+/// in cluster mode hold what the task managers report.
+const LOOKUP: &str = "Enrich: profile lookup";
 /// How often the in-flight gauge is sampled for its maximum.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// How often the progress line is updated.
@@ -270,7 +275,6 @@ fn existing_path(s: &str) -> Result<PathBuf, String> {
 
 /// Handles on a built job, read while it runs and after.
 struct Probes {
-    lookups: AsyncMetrics,
     late_clicks: LateRecordsDropped,
     failures: FailureInjector,
 }
@@ -569,7 +573,7 @@ fn build_job(
             |c: &Click| c.timestamp_ms,
         ));
 
-    let (enriched, lookups) = enrich(&clicks, args, lookup_url)?;
+    let enriched = enrich(&clicks, args, lookup_url)?;
     let minutes =
         enriched
             .key_by(|c: &EnrichedClick| c.click.user)
@@ -591,7 +595,6 @@ fn build_job(
         .name("Clicks per user per minute");
     table::sink(catalog, &args.table).sink(&rows);
     Ok(Probes {
-        lookups,
         late_clicks,
         failures,
     })
@@ -640,7 +643,7 @@ fn enrich(
     clicks: &DataStream<Click>,
     args: &Args,
     lookup_url: &str,
-) -> anyhow::Result<(DataStream<EnrichedClick>, AsyncMetrics)> {
+) -> anyhow::Result<DataStream<EnrichedClick>> {
     if args.lookup != stores::Store::Http {
         let settings = stores::Settings {
             capacity: args.capacity,
@@ -648,13 +651,7 @@ fn enrich(
             ordered: args.ordered,
             max_batch_size: args.lookup_batch_size,
         };
-        return stores::enrich(
-            clicks,
-            args.lookup,
-            lookup_url,
-            &settings,
-            "Enrich: profile lookup",
-        );
+        return stores::enrich(clicks, args.lookup, lookup_url, &settings, LOOKUP);
     }
     // Retry every failed attempt, 10 ms after the first, doubling up to 200 ms; the timeout
     // (over all attempts) normally ends the retries long before the 1,000 attempts run out.
@@ -671,15 +668,13 @@ fn enrich(
         .capacity(args.capacity)
         .timeout(Duration::from_millis(args.lookup_timeout_ms))
         .retry(retry)
-        .name("Enrich: profile lookup");
+        .name(LOOKUP);
     let wait = if args.ordered {
         wait.ordered()
     } else {
         wait.unordered()
     };
-    let metrics = wait.metrics();
-    let enriched = wait.apply(clicks).context("invalid lookup settings")?;
-    Ok((enriched, metrics))
+    wait.apply(clicks).context("invalid lookup settings")
 }
 
 fn absolute(p: &Path) -> PathBuf {
@@ -772,7 +767,8 @@ async fn watch(
                 );
             }
             _ = samples.tick() => {
-                let in_flight = probes.lookups.total().in_flight;
+                let metrics = job.metrics();
+                let in_flight = AsyncMetricsSnapshot::from_job(&metrics, LOOKUP).in_flight;
                 max_in_flight = max_in_flight.max(in_flight);
                 if probes.failures.injected() > failures {
                     failures = probes.failures.injected();
@@ -786,7 +782,7 @@ async fn watch(
                 tick += 1;
                 if tick.is_multiple_of(ticks_per_update) {
                     progress.update(Reading {
-                        metrics: &job.metrics(),
+                        metrics: &metrics,
                         in_flight,
                         checkpoint: checkpoints.last(),
                     });
@@ -926,7 +922,7 @@ fn print_summary(s: &Summary<'_>) {
             counted(s.probes.failures.injected().into(), "failure"),
         ),
     );
-    let lookups = s.probes.lookups.total();
+    let lookups = AsyncMetricsSnapshot::from_job(&result.metrics, LOOKUP);
     row(
         "lookups",
         format!(

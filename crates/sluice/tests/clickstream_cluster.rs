@@ -72,6 +72,34 @@ fn committed_line(stdout: &str) -> String {
         .to_string()
 }
 
+/// The summary's figures about the lookups: (completed, latency p50 in ms).
+fn lookups(stdout: &str) -> (u64, f64) {
+    let line = stdout
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("lookups"))
+        .unwrap_or_else(|| panic!("no 'lookups' line in:\n{stdout}"));
+    let number = |after: &str| -> String {
+        let at = line
+            .find(after)
+            .unwrap_or_else(|| panic!("no '{after}' in {line:?}"));
+        line[at + after.len()..]
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == ',' || *c == '.')
+            .filter(|c| *c != ',')
+            .collect()
+    };
+    let parse = |s: String| {
+        s.parse::<f64>()
+            .unwrap_or_else(|e| panic!("{s:?} in {line:?}: {e}"))
+    };
+    (
+        parse(number("lookups")) as u64,
+        parse(number("latency p50")),
+    )
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -147,6 +175,13 @@ fn the_example_on_a_job_master_and_three_task_managers_commits_what_a_local_run_
         cluster_out.contains("output check: PASSED"),
         "{cluster_out}"
     );
+    // The lookups ran on the task managers; the job master's summary counts them all, as the
+    // local run's does (each click that passed the filters was looked up once: no restarts).
+    let (local_completed, _) = lookups(&local_out);
+    let (completed, p50) = lookups(&cluster_out);
+    assert!(local_completed > 0, "{local_out}");
+    assert_eq!(completed, local_completed, "{cluster_out}");
+    assert!(p50 > 0.0, "{cluster_out}");
     // The same rows, users, minutes as the local run (the data files may differ in number:
     // the range distribution's statistics depend on timing).
     let rows = |line: String| line.split(" in ").next().unwrap_or_default().to_string();

@@ -534,8 +534,10 @@ fn build_status(live: &Live, r: &Record, metrics: &JobMetrics, now_ms: u64) -> J
                             .unwrap_or(TaskState::Running),
                         records_in: h.map_or(0, |m| m.records_in),
                         records_out: t.map_or(0, |m| m.records_out),
-                        busy_ms: h.map_or(0, |m| millis(m.busy)),
-                        backpressured_ms: h.map_or(0, |m| millis(m.backpressured)),
+                        // The task's times are its tail's: the head counts as backpressured
+                        // what its chain's blocking operator made it wait (metrics module).
+                        busy_ms: t.map_or(0, |m| millis(m.busy)),
+                        backpressured_ms: t.map_or(0, |m| millis(m.backpressured)),
                     }
                 })
                 .collect();

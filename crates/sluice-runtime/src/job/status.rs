@@ -199,7 +199,8 @@ pub struct VertexSubtask {
     pub records_in: u64,
     /// Records out of its tail operator.
     pub records_out: u64,
-    /// Time its task spent working, milliseconds.
+    /// Time its task spent working, milliseconds (as Flink counts it, including the time its
+    /// input waited on an operator of the chain refusing more).
     pub busy_ms: u64,
     /// Time its task waited for room in a full output channel, milliseconds.
     pub backpressured_ms: u64,
@@ -237,9 +238,11 @@ pub struct OperatorSubtask {
     pub records_in: u64,
     /// Records out.
     pub records_out: u64,
-    /// Its task's busy time, milliseconds.
+    /// Its task's busy time, milliseconds, including the time the task's input waited on this
+    /// operator or one before it in the chain refusing more.
     pub busy_ms: u64,
-    /// Its task's backpressured time, milliseconds.
+    /// Its task's backpressured time, milliseconds, including the time the task's input waited
+    /// on an operator after this one in the chain refusing more (that operator held it back).
     pub backpressured_ms: u64,
     /// Events sent to the operator's coordinator.
     pub events_to_coordinator: u64,

@@ -266,7 +266,11 @@ impl std::fmt::Debug for Sources {
 /// Live counters of one operator subtask.
 ///
 /// Busy and backpressured time are measured per task (a chain of operators) and reported for
-/// every operator of the chain, as Flink does.
+/// every operator of the chain, as Flink does, with one exception that points at the operator
+/// holding the chain back: while the task's input waits because an operator of the chain
+/// refuses more (an async operator with every request slot taken), that wait is busy time for
+/// that operator and the ones after it (Flink counts a task blocked on a full async queue as
+/// busy) and backpressured time for the operators before it.
 ///
 /// ```
 /// use sluice_runtime::OperatorMetrics;
@@ -409,12 +413,14 @@ impl OperatorMetrics {
         self.records_out.load(Ordering::Relaxed)
     }
 
-    /// Time the subtask's task spent working.
+    /// Time the subtask's task spent working, including the time its input waited on this
+    /// operator, or one before it in the chain, refusing more input.
     pub fn busy(&self) -> Duration {
         Duration::from_nanos(self.busy_ns.load(Ordering::Relaxed))
     }
 
-    /// Time the subtask's task waited for room in a full output channel.
+    /// Time the subtask's task waited for room in a full output channel, and the time its
+    /// input waited on an operator after this one in the chain refusing more input.
     pub fn backpressured(&self) -> Duration {
         Duration::from_nanos(self.backpressured_ns.load(Ordering::Relaxed))
     }
@@ -433,9 +439,9 @@ pub struct SubtaskMetrics {
     pub records_in: u64,
     /// Records out.
     pub records_out: u64,
-    /// Busy time.
+    /// Busy time (see [`OperatorMetrics::busy`]).
     pub busy: Duration,
-    /// Backpressured time.
+    /// Backpressured time (see [`OperatorMetrics::backpressured`]).
     pub backpressured: Duration,
     /// Events sent to the operator's coordinator.
     pub events_to_coordinator: u64,

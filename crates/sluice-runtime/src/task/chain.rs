@@ -34,6 +34,11 @@ pub(crate) trait ChainStage<In>: Send {
     fn poll_work(&mut self, cx: &mut Context<'_>) -> Result<bool, TaskError>;
     /// Whether any stage refuses more input right now.
     fn input_blocked(&self) -> bool;
+    /// The metrics of the first operator from this stage on that refuses input right now, if
+    /// any. Only operators refuse input: other stages keep the default.
+    fn input_blocker(&self) -> Option<&Arc<OperatorMetrics>> {
+        None
+    }
     /// Seals partially filled output batches (the producer has nothing more ready).
     fn flush_buffers(&mut self);
     /// Sends what is ready to the network; `Pending` while a channel is full.
@@ -249,6 +254,14 @@ impl<In: Data, Op: Operator<In>> ChainStage<In> for OperatorStage<In, Op> {
         self.op.is_input_blocked() || self.next.input_blocked()
     }
 
+    fn input_blocker(&self) -> Option<&Arc<OperatorMetrics>> {
+        if self.op.is_input_blocked() {
+            Some(&self.metrics)
+        } else {
+            self.next.input_blocker()
+        }
+    }
+
     fn flush_buffers(&mut self) {
         self.next.flush_buffers()
     }
@@ -432,6 +445,9 @@ impl<T: Data> ChainStage<T> for TeeStage<T> {
     }
     fn input_blocked(&self) -> bool {
         self.nexts.iter().any(|n| n.input_blocked())
+    }
+    fn input_blocker(&self) -> Option<&Arc<OperatorMetrics>> {
+        self.nexts.iter().find_map(|n| n.input_blocker())
     }
     fn flush_buffers(&mut self) {
         self.nexts.iter_mut().for_each(|n| n.flush_buffers())

@@ -5,6 +5,15 @@
 //! and finally one input event, if every operator can take more. Input is the only thing that
 //! waits for output room: a backpressured task still takes checkpoints and operator events.
 //!
+//! Time accounting, per operator of the chain (Flink's busy and backpressured time per second):
+//! the time spent polling is busy; the time waiting for room in a full output channel is
+//! backpressured. The time the input waits because an operator of the chain refuses more (an
+//! async operator with every request slot taken) is busy for that operator and the ones after
+//! it, as Flink counts a task blocked in its async operator's full queue as busy, and
+//! backpressured for the operators before it: they are held back by it as a task is held back
+//! by a busy one downstream. So the bottleneck reads busy and what feeds it backpressured, also
+//! inside one chain ([`charge_input_wait`]).
+//!
 //! Lifecycle: running → finishing (input ended; operators drain) → lingering (with checkpointing:
 //! waits for the final checkpoint, still answering triggers) → done.
 
@@ -17,7 +26,7 @@ use sluice_core::{CheckpointBarrier, CheckpointId};
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How many input events or mailbox messages a task handles before it yields to the scheduler,
 /// so that one busy task cannot starve others on its worker thread and a cancel takes effect
@@ -42,6 +51,29 @@ pub(crate) struct Task<T> {
     last_checkpoint: CheckpointId,
     deferred_trigger: Option<CheckpointBarrier>,
     backpressured_since: Option<Instant>,
+    input_wait: Option<InputWait>,
+}
+
+/// The input waiting on an operator of the chain that refuses more: since when (tokio's clock,
+/// so that a test with a paused clock sees the wait it advanced through), and the operator's
+/// place in the chain (the index into the task's metrics, head first).
+#[derive(Clone, Copy, Debug)]
+struct InputWait {
+    since: tokio::time::Instant,
+    blocker: usize,
+}
+
+/// Charges `waited`, a wait of the input on the chain's operator at `blocker`, to the metrics of
+/// the chain's operators (head first): backpressured for those before it, busy for it and those
+/// after it.
+fn charge_input_wait(metrics: &[Arc<OperatorMetrics>], blocker: usize, waited: Duration) {
+    for (i, m) in metrics.iter().enumerate() {
+        if i < blocker {
+            m.add_backpressured(waited);
+        } else {
+            m.add_busy(waited);
+        }
+    }
 }
 
 enum Step {
@@ -65,6 +97,7 @@ impl<T: Send + 'static> Task<T> {
             last_checkpoint: CheckpointId(0),
             deferred_trigger: None,
             backpressured_since: None,
+            input_wait: None,
         }
     }
 
@@ -80,6 +113,9 @@ impl<T: Send + 'static> Task<T> {
     }
 
     fn poll_timed(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
+        if let Some(wait) = self.input_wait.take() {
+            charge_input_wait(&self.metrics, wait.blocker, wait.since.elapsed());
+        }
         let start = Instant::now();
         let r = self.poll_loop(cx);
         let busy = start.elapsed();
@@ -87,6 +123,22 @@ impl<T: Send + 'static> Task<T> {
             m.add_busy(busy);
         }
         r
+    }
+
+    /// Notes that the input waits on the first operator of the chain that refuses more.
+    fn note_input_wait(&mut self) {
+        if self.input_wait.is_some() {
+            return;
+        }
+        let Some(blocker) = self.chain.input_blocker() else {
+            return;
+        };
+        if let Some(blocker) = self.metrics.iter().position(|m| Arc::ptr_eq(m, blocker)) {
+            self.input_wait = Some(InputWait {
+                since: tokio::time::Instant::now(),
+                blocker,
+            });
+        }
     }
 
     fn note_backpressure(&mut self, blocked: bool) {
@@ -217,6 +269,7 @@ impl<T: Send + 'static> Task<T> {
                 Phase::Running => {}
             }
             if self.chain.input_blocked() {
+                self.note_input_wait();
                 return Poll::Pending;
             }
             budget -= 1;

@@ -9,6 +9,7 @@ use crate::api::{
     SplitId,
 };
 use crate::coordinator::SplitEnumeratorContext;
+use crate::error::SourceError;
 use serde::{Deserialize, Serialize};
 use sluice_core::{CheckpointId, Data, SubtaskIndex, UserError};
 use sluice_runtime::api::RateLimiter;
@@ -79,11 +80,22 @@ pub struct SequenceSource<F> {
 pub type NumberSequenceSource = SequenceSource<fn(u64) -> u64>;
 
 impl NumberSequenceSource {
-    /// The numbers `from..=to` (none if `to < from`).
+    /// The numbers `from..=to`. A descending range (`from > to`) is refused when the job is
+    /// submitted, with [`SourceError::DescendingSequence`] naming both numbers (as Flink's
+    /// constructor refuses it):
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_source::{FromSource, NumberSequenceSource};
+    /// let env = StreamEnvironment::new();
+    /// env.from_source(NumberSequenceSource::new(10, 5), None, "seq").discard();
+    /// let err = env.execute_blocking("seq").unwrap_err().to_string();
+    /// assert!(err.contains("the sequence from 10 to 5 is descending"), "{err}");
+    /// ```
     pub fn new(from: u64, to: u64) -> Self {
         SequenceSource {
             first: from,
-            last: (to >= from).then_some(to),
+            last: Some(to),
             bounded: true,
             f: identity,
             rate: None,
@@ -159,6 +171,14 @@ impl<T: Data, F: Fn(u64) -> T + Clone + Send + Sync + 'static> Source for Sequen
     }
 
     fn validate(&self) -> Result<(), UserError> {
+        if let Some(last) = self.last
+            && last < self.first
+        {
+            return Err(Box::new(SourceError::DescendingSequence {
+                from: self.first,
+                to: last,
+            }));
+        }
         match self.rate {
             Some(r) if !(r > 0.0 && r.is_finite()) => Err(format!(
                 "rate limit {r} records per second: must be positive and finite"

@@ -104,7 +104,8 @@ impl Checkpoints {
 struct Sample {
     at: Instant,
     records: u64,
-    backpressured: HashMap<(String, usize), Duration>,
+    /// Per operator subtask, in graph order: (busy, backpressured) so far.
+    times: Vec<((String, usize), (Duration, Duration))>,
 }
 
 impl Sample {
@@ -112,13 +113,39 @@ impl Sample {
         Sample {
             at: Instant::now(),
             records: metrics.operator(source).records_out,
-            backpressured: metrics
+            times: metrics
                 .subtasks
                 .iter()
-                .map(|s| ((s.operator_name.clone(), s.subtask), s.backpressured))
+                .map(|s| {
+                    (
+                        (s.operator_name.clone(), s.subtask),
+                        (s.busy, s.backpressured),
+                    )
+                })
                 .collect(),
         }
     }
+}
+
+/// The largest share of the interval `secs` long between `then` and `now` that an operator
+/// subtask spent as `pick` says (busy or backpressured), and the operator's name (the first in
+/// graph order on a tie).
+fn largest_share<'a>(
+    now: &'a Sample,
+    then: &HashMap<&(String, usize), (Duration, Duration)>,
+    secs: f64,
+    pick: fn(&(Duration, Duration)) -> Duration,
+) -> (f64, &'a str) {
+    let mut largest: Option<(f64, &str)> = None;
+    for (key, times) in &now.times {
+        let before = then.get(key).map_or(Duration::ZERO, pick);
+        let share = pick(times).saturating_sub(before).as_secs_f64() / secs;
+        if largest.is_none_or(|(max, _)| share > max) {
+            largest = Some((share, key.0.as_str()));
+        }
+    }
+    let (share, name) = largest.unwrap_or((0.0, ""));
+    ((share * 100.0).min(100.0), name)
 }
 
 /// What one progress line shows.
@@ -174,25 +201,18 @@ impl Progress {
         let then = self.last.get_or_insert_with(|| Sample {
             at: self.started,
             records: 0,
-            backpressured: HashMap::new(),
+            times: Vec::new(),
         });
         let secs = (now.at - then.at).as_secs_f64().max(1e-9);
         let rate = now.records.saturating_sub(then.records) as f64 / secs;
-        // The largest share of the last interval that a subtask spent waiting for output room.
-        let mut backpressure: Option<(f64, &str)> = None;
-        for ((name, subtask), b) in &now.backpressured {
-            let before = then
-                .backpressured
-                .get(&(name.clone(), *subtask))
-                .copied()
-                .unwrap_or_default();
-            let share = b.saturating_sub(before).as_secs_f64() / secs;
-            if backpressure.is_none_or(|(max, _)| share > max) {
-                backpressure = Some((share, name));
-            }
-        }
-        let (share, busiest) = backpressure.unwrap_or((0.0, ""));
-        let share = (share * 100.0).min(100.0);
+        let before: HashMap<&(String, usize), (Duration, Duration)> =
+            then.times.iter().map(|(k, t)| (k, *t)).collect();
+        // The largest share of the last interval that a subtask spent held back (by a full
+        // output channel, or by an operator after it in its chain refusing input), and the
+        // largest it spent busy: the operator holding the job back reads busy, the ones
+        // feeding it backpressured.
+        let (share, held_back) = largest_share(&now, &before, secs, |t| t.1);
+        let (busy, busiest) = largest_share(&now, &before, secs, |t| t.0);
         let checkpoint = match reading.checkpoint {
             Some((id, took)) => format!("chk-{id} took {} ms", took.as_millis()),
             None => "none yet".to_string(),
@@ -202,21 +222,23 @@ impl Progress {
             Some(bar) => {
                 bar.set_position(now.records.min(bar.length().unwrap_or(u64::MAX)));
                 bar.set_message(format!(
-                    "{:.1}k clicks/s | {} lookups | backpressure {share:.0}% | {checkpoint}",
+                    "{:.1}k clicks/s | {} lookups | backpressure {share:.0}% | busiest \
+                     {busiest} {busy:.0}% | {checkpoint}",
                     rate / 1e3,
                     reading.in_flight,
                 ));
             }
             None if now.at - self.last_plain >= PLAIN_EVERY => {
                 self.last_plain = now.at;
-                let busiest = if share >= 0.5 {
-                    format!(" ({busiest})")
+                let held_back = if share >= 0.5 {
+                    format!(" ({held_back})")
                 } else {
                     String::new()
                 };
                 println!(
                     "  {:>5.0} s  {:>11} clicks read {:>6.1} k/s | lookups {:>4} in flight | \
-                     backpressured {share:>3.0} %{busiest} | last checkpoint {checkpoint}",
+                     backpressured {share:>3.0} %{held_back} | busiest {busiest} {busy:>3.0} % | \
+                     last checkpoint {checkpoint}",
                     (now.at - self.started).as_secs_f64(),
                     crate::grouped(now.records),
                     rate / 1e3,

@@ -6,7 +6,6 @@
 use crate::events::{Click, USERS};
 use crate::lookup::{EnrichedClick, Profile};
 use anyhow::Context as _;
-use sluice::async_io::AsyncMetrics;
 use sluice::prelude::*;
 use sluice_lookup::{Lookup, PostgresSource, RedisSource, RedisValue, Row};
 use std::sync::Arc;
@@ -104,7 +103,7 @@ pub fn enrich(
     url: &str,
     settings: &Settings,
     name: &str,
-) -> anyhow::Result<(DataStream<EnrichedClick>, AsyncMetrics)> {
+) -> anyhow::Result<DataStream<EnrichedClick>> {
     match store {
         Store::Redis => {
             let lookup = Lookup::new(
@@ -148,7 +147,7 @@ fn batched<B>(
     lookup: B,
     settings: &Settings,
     name: &str,
-) -> anyhow::Result<(DataStream<EnrichedClick>, AsyncMetrics)>
+) -> anyhow::Result<DataStream<EnrichedClick>>
 where
     B: AsyncBatchFunction<Click, Out = EnrichedClick>,
 {
@@ -163,7 +162,5 @@ where
     } else {
         wait.unordered()
     };
-    let metrics = wait.metrics();
-    let enriched = wait.apply(clicks).context("invalid lookup settings")?;
-    Ok((enriched, metrics))
+    wait.apply(clicks).context("invalid lookup settings")
 }

@@ -16,6 +16,7 @@ pub use reader::FileReader;
 
 use crate::api::{Boundedness, ReaderContext, Source, SourceSplit, SplitId};
 use crate::coordinator::SplitEnumeratorContext;
+use crate::error::SourceError;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sluice_core::{Data, UserError};
@@ -237,14 +238,29 @@ impl<T: Data + DeserializeOwned> Source for FileSource<T> {
     }
 
     fn validate(&self) -> Result<(), UserError> {
-        if !self.dir.is_dir() {
-            return Err(format!("directory {} does not exist", self.dir.display()).into());
-        }
+        check_directory(&self.dir)?;
         if let Some(d) = self.discovery
             && d.is_zero()
         {
             return Err("the discovery interval must be positive".into());
         }
         Ok(())
+    }
+}
+
+/// Whether `path` is a directory a file source can list: it must exist and be a directory.
+fn check_directory(path: &Path) -> Result<(), SourceError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(SourceError::NotADirectory {
+            path: path.to_path_buf(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SourceError::NoSuchDirectory {
+            path: path.to_path_buf(),
+        }),
+        Err(source) => Err(SourceError::DirectoryMetadata {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
