@@ -47,11 +47,18 @@ fn ident(s: &str) -> String {
         .collect()
 }
 
-/// The code of `text` without its comment lines (documentation may link anywhere).
+/// The code of `text` without its comment lines (documentation may link anywhere) and without
+/// an inline `#[cfg(test)] mod tests` (unit tests may use the test kit of any layer).
 fn code(text: &str) -> String {
-    text.lines()
-        .map(|l| {
-            if l.trim_start().starts_with("//") {
+    let lines: Vec<&str> = text.lines().collect();
+    let tests_at = lines.windows(2).position(|w| {
+        w[0].trim() == "#[cfg(test)]" && w[1].trim_start().starts_with("mod tests")
+    });
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            if l.trim_start().starts_with("//") || tests_at.is_some_and(|t| i >= t) {
                 ""
             } else {
                 l
