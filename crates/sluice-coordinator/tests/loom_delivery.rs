@@ -131,9 +131,11 @@ const C1: CheckpointId = CheckpointId(1);
 const C2: CheckpointId = CheckpointId(2);
 const S0: SubtaskAttempt = SubtaskAttempt::new(0, 0);
 
-fn model(f: impl Fn() + Sync + Send + 'static) {
+/// Explores every interleaving of `f`, or (with a bound) those with at most `bound` preemptions,
+/// which keeps the larger models within a minute or so.
+fn model(bound: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
+    builder.preemption_bound = bound;
     builder.check(f);
 }
 
@@ -178,7 +180,7 @@ fn events_around_a_checkpoint(capacity: usize, with_task: bool) {
 
 #[test]
 fn events_sent_around_a_checkpoint_stay_on_their_side_of_the_barrier() {
-    model(|| events_around_a_checkpoint(8, false));
+    model(None, || events_around_a_checkpoint(8, false));
 }
 
 /// As above with a mailbox of one and a task taking events: the coordinator waits for room for
@@ -186,7 +188,7 @@ fn events_sent_around_a_checkpoint_stay_on_their_side_of_the_barrier() {
 /// holding the order lock, and nothing deadlocks.
 #[test]
 fn a_full_mailbox_delays_but_never_reorders_or_deadlocks() {
-    model(|| events_around_a_checkpoint(1, true));
+    model(Some(3), || events_around_a_checkpoint(1, true));
 }
 
 /// A second sender (a worker-pool thread with the same gateway) races the coordinator thread and
@@ -248,18 +250,14 @@ fn concurrent_senders(capacity: usize, with_task: bool) {
 
 #[test]
 fn concurrent_senders_around_a_checkpoint() {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.check(|| concurrent_senders(8, false));
+    model(Some(3), || concurrent_senders(8, false));
 }
 
 /// As above with a mailbox of one, full when the race starts, and a task taking events: a send
 /// waiting for room holds the order lock, so the valve cannot close while it waits.
 #[test]
 fn concurrent_senders_with_a_full_mailbox() {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
-    builder.check(|| concurrent_senders(1, true));
+    model(Some(2), || concurrent_senders(1, true));
 }
 
 /// After the coordinator's snapshot the valve holds `2` and `3`; the master completes (or
@@ -289,12 +287,12 @@ fn reopening_releases_in_order(complete: bool) {
 
 #[test]
 fn checkpoint_completion_releases_held_events_in_order() {
-    model(|| reopening_releases_in_order(true));
+    model(None, || reopening_releases_in_order(true));
 }
 
 #[test]
 fn checkpoint_abort_releases_held_events_in_order() {
-    model(|| reopening_releases_in_order(false));
+    model(None, || reopening_releases_in_order(false));
 }
 
 /// Subtask 0's attempt 0 fails while the coordinator sends to it with the valve closed for
@@ -302,7 +300,7 @@ fn checkpoint_abort_releases_held_events_in_order() {
 /// nor to attempt 1; attempt 1 gets only the event sent to it, once checkpoint 1 completes.
 #[test]
 fn failover_drops_the_failed_attempts_held_events() {
-    model(|| {
+    model(None, || {
         let d = Arc::new(EventDelivery::<Inbox>::new());
         let old = Inbox::new(8);
         d.attempt_ready(S0, Some(old.clone()));
@@ -337,7 +335,7 @@ fn failover_drops_the_failed_attempts_held_events() {
 /// for checkpoint 2's part learns that it failed instead of waiting forever.
 #[test]
 fn a_failed_attempt_fails_the_checkpoints_counting_its_held_events() {
-    model(|| {
+    model(None, || {
         let d = Arc::new(EventDelivery::<Inbox>::new());
         d.attempt_ready(S0, Some(Inbox::new(8)));
         d.trigger(C1).unwrap();
