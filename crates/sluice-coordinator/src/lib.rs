@@ -11,6 +11,9 @@
 //! - [`gateway`]: [`SubtaskGateway`], the [`EventTransport`] seam the runtime plugs its task
 //!   mailboxes into, and an in-memory transport;
 //! - [`valve`]: the pure state machine that aligns coordinator events with checkpoints;
+//! - [`delivery`]: [`EventDelivery`], the delivery protocol around the valve (the transport of
+//!   the job master's gateways), over a [`Mailbox`] per subtask attempt;
+//! - [`DirectSlot`]: the subtasks' direct path to the coordinator thread;
 //! - [`RecreateOnResetCoordinator`]: recreates a coordinator on global failover;
 //! - [`LiveAttempts`]: drops events from failed subtask attempts.
 //!
@@ -36,6 +39,8 @@ mod base;
 mod checkpoint;
 mod context;
 mod coordinator;
+pub mod delivery;
+mod direct;
 mod error;
 mod event;
 mod executor;
@@ -43,6 +48,7 @@ mod filter;
 pub mod gateway;
 mod logic;
 mod recreate;
+mod sync;
 mod thread_factory;
 mod util;
 pub mod valve;
@@ -53,6 +59,8 @@ pub use context::{CoordinatorContext, JobFailureHook, NO_CHECKPOINT};
 pub use coordinator::{
     CoordinatorFuture, CoordinatorProvider, DirectEventHandler, OperatorCoordinator, done,
 };
+pub use delivery::{ChannelMailbox, EventDelivery, Mailbox};
+pub use direct::DirectSlot;
 pub use error::{
     CallError, CallFailure, CoordinatorError, CoordinatorFailure, GatewayError, SendError,
     SubmitError, ThreadFactoryError,

@@ -2,8 +2,9 @@
 //!
 //! One [`Holder`] per operator that declared a coordinator. It creates the coordinator (wrapped
 //! so that a global failover recreates it), starts it, gives it one gateway per subtask attempt,
-//! routes events both ways, and aligns coordinator events with checkpoints through the pure
-//! [`EventValve`]:
+//! routes events both ways, and aligns coordinator events with checkpoints through
+//! `sluice_coordinator`'s [`EventDelivery`] (the delivery protocol around the pure valve; this
+//! module only wires it to the tasks' mailboxes and the checkpoint steps):
 //!
 //! - coordinator → subtask: the coordinator sends through a gateway whose transport is the valve;
 //!   an open valve hands the event to the subtask task's mailbox at once (the acknowledgement is
@@ -22,176 +23,26 @@ use crate::job::plan::Plan;
 use crate::operator::to_coordinator::{DirectSlot, ToCoordinator};
 use crate::task::control::TaskControl;
 use futures::future::BoxFuture;
-use sluice_coordinator::valve::{EventId, EventValve, Readiness, Release, SendOutcome};
 use sluice_coordinator::{
-    AckFuture, AckSender, CheckpointResult, CoordinatorContext, CoordinatorFailure,
-    CoordinatorProvider, EventTransport, JobFailureHook, LiveAttempts, OperatorCoordinator,
-    RecreateOnResetCoordinator, SendError, SubtaskAttempt, SubtaskGateway,
+    ChannelMailbox, CheckpointResult, CoordinatorContext, CoordinatorFailure, CoordinatorProvider,
+    EventDelivery, EventTransport, JobFailureHook, LiveAttempts, OperatorCoordinator,
+    RecreateOnResetCoordinator, SubtaskAttempt, SubtaskGateway,
 };
-use sluice_core::sync::lock;
-use sluice_core::{AttemptNumber, CheckpointId, NodeId, OperatorEvent, SubtaskIndex};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use sluice_core::{AttemptNumber, CheckpointId, NodeId, SubtaskIndex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::TrySendError;
 
-/// The state of one holder that the valve transport shares with it, under one lock.
-#[derive(Default)]
-struct HolderState {
-    valve: EventValve<OperatorEvent>,
-    /// Acknowledgements owed for events the valve holds.
-    waiting: HashMap<EventId, AckSender>,
-    /// The mailbox of each running subtask attempt.
-    mailboxes: BTreeMap<SubtaskAttempt, mpsc::Sender<TaskControl>>,
-    /// Attempts whose events were lost while they ran: they must be failed over.
-    lost: Vec<SubtaskAttempt>,
-    /// Why the valve refused to close for a checkpoint, if it did.
-    close_error: Option<String>,
-}
+/// A subtask attempt's task mailbox, as the delivery protocol sees it.
+type TaskMailbox = ChannelMailbox<TaskControl>;
 
-/// What the valve transport shares with the holder.
-struct Shared {
-    node: NodeId,
-    state: Mutex<HolderState>,
-    /// Held across a valve decision and the mailbox hand-off, so that events released by the
-    /// master and events sent by the coordinator thread reach a mailbox in valve order. It is
-    /// not the state's lock: a hand-off may wait for room in a mailbox, and nothing but other
-    /// deliveries must wait with it.
-    order: Mutex<()>,
-    ready: tokio::sync::Notify,
-}
-
-/// Why an event did not reach a mailbox.
-enum EnqueueError {
-    /// The mailbox is full and waiting is not allowed where the caller runs.
-    Full,
-    /// The task is gone.
-    Gone,
-}
-
-impl Shared {
-    /// Hands an event the valve let through to its attempt's mailbox.
-    fn deliver(
-        &self,
-        target: SubtaskAttempt,
-        id: EventId,
-        event: OperatorEvent,
-    ) -> Result<(), SendError> {
-        self.deliver_locked(lock(&self.state), target, id, event)
-    }
-
-    /// [`deliver`](Self::deliver) with the state already locked by the caller.
-    fn deliver_locked(
-        &self,
-        mut st: MutexGuard<'_, HolderState>,
-        target: SubtaskAttempt,
-        id: EventId,
-        event: OperatorEvent,
-    ) -> Result<(), SendError> {
-        let msg = TaskControl::OperatorEvent {
-            target: self.node,
-            event,
-        };
-        // The common case under one lock: the mailbox has room, the event is acknowledged.
-        let waiting_for_room = {
-            match st.mailboxes.get(&target).map(|tx| tx.try_send(msg)) {
-                Some(Ok(())) => {
-                    let ready = st.valve.acked(id);
-                    drop(st);
-                    if !ready.is_empty() {
-                        self.ready.notify_waiters();
-                    }
-                    return Ok(());
-                }
-                Some(Err(TrySendError::Full(msg))) => {
-                    st.mailboxes.get(&target).cloned().map(|tx| (tx, msg))
-                }
-                Some(Err(TrySendError::Closed(_))) | None => None,
-            }
-        };
-        drop(st);
-        // A full mailbox: wait for room (where waiting is allowed) without holding the lock.
-        let sent = match waiting_for_room {
-            None => Err(SendError::TaskNotRunning { target }),
-            Some((tx, msg)) => enqueue(&tx, msg).map_err(|e| match e {
-                EnqueueError::Full => SendError::MailboxFull { target },
-                EnqueueError::Gone => SendError::TaskNotRunning { target },
-            }),
-        };
-        {
-            let mut st = lock(&self.state);
-            match &sent {
-                Ok(()) => {
-                    st.valve.acked(id);
-                }
-                Err(_) => {
-                    if let Some(t) = st.valve.delivery_failed(id).failover {
-                        st.lost.push(t);
-                    }
-                }
-            }
-        }
-        self.ready.notify_waiters();
-        sent
-    }
-
-    /// Delivers events the valve released, completing their acknowledgements. The caller holds
-    /// `order` since the valve decided the release.
-    fn release(&self, releases: Vec<Release<OperatorEvent>>) {
-        for r in releases {
-            let result = self.deliver(r.target, r.id, r.event);
-            let ack = lock(&self.state).waiting.remove(&r.id);
-            if let Some(ack) = ack {
-                match result {
-                    Ok(()) => ack.ack(),
-                    Err(e) => ack.fail(e),
-                }
-            }
-        }
-    }
-}
-
-/// Puts `msg` into a task's mailbox. Blocks only a plain thread (the coordinator's), or a worker
-/// of a multi-threaded runtime after handing its other tasks away.
-fn enqueue(tx: &mpsc::Sender<TaskControl>, msg: TaskControl) -> Result<(), EnqueueError> {
-    match tx.try_send(msg) {
-        Ok(()) => Ok(()),
-        Err(TrySendError::Closed(_)) => Err(EnqueueError::Gone),
-        Err(TrySendError::Full(msg)) => match tokio::runtime::Handle::try_current() {
-            Err(_) => tx.blocking_send(msg).map_err(|_| EnqueueError::Gone),
-            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(|| tx.blocking_send(msg))
-                    .map_err(|_| EnqueueError::Gone)
-            }
-            Ok(_) => Err(EnqueueError::Full),
-        },
-    }
-}
-
-/// The gateways' transport: every send goes through the valve.
-struct ValveTransport(Arc<Shared>);
-
-impl EventTransport for ValveTransport {
-    fn send(&self, target: SubtaskAttempt, event: OperatorEvent) -> AckFuture {
-        let _order = lock(&self.0.order);
-        let mut st = lock(&self.0.state);
-        match st.valve.send(target, event) {
-            SendOutcome::Deliver { id, event } => {
-                match self.0.deliver_locked(st, target, id, event) {
-                    Ok(()) => AckFuture::acked(),
-                    Err(e) => AckFuture::failed(e),
-                }
-            }
-            SendOutcome::Held { id } => {
-                let (ack, fut) = AckFuture::channel(target);
-                st.waiting.insert(id, ack);
-                fut
-            }
-            SendOutcome::NotRunning { .. } => {
-                AckFuture::failed(SendError::TaskNotRunning { target })
-            }
-        }
-    }
+/// The mailbox of the task running (operator `node`, some subtask): events go in as
+/// [`TaskControl::OperatorEvent`] for the chain's operator `node`.
+fn task_mailbox(node: NodeId, tx: &mpsc::Sender<TaskControl>) -> TaskMailbox {
+    ChannelMailbox::new(tx.clone(), move |event| TaskControl::OperatorEvent {
+        target: node,
+        event,
+    })
 }
 
 /// One operator's coordinator and its valve.
@@ -200,7 +51,7 @@ struct Holder {
     name: String,
     parallelism: usize,
     coordinator: RecreateOnResetCoordinator,
-    shared: Arc<Shared>,
+    delivery: Arc<EventDelivery<TaskMailbox>>,
     live: LiveAttempts,
     attempts: Vec<Option<AttemptNumber>>,
     /// The subtasks' direct path to the coordinator's thread, open while an attempt runs.
@@ -259,12 +110,7 @@ impl Coordinators {
                 name: n.name.clone(),
                 parallelism: p,
                 coordinator,
-                shared: Arc::new(Shared {
-                    node: n.id,
-                    state: Mutex::new(HolderState::default()),
-                    order: Mutex::new(()),
-                    ready: tokio::sync::Notify::new(),
-                }),
+                delivery: Arc::new(EventDelivery::new()),
                 live: LiveAttempts::new(p),
                 attempts: vec![None; p],
                 direct: DirectSlot::default(),
@@ -380,29 +226,21 @@ impl Coordinators {
 
     async fn start_one(h: &mut Holder, id: CheckpointId) -> Result<CoordinatorPart, String> {
         let name = h.name.clone();
-        lock(&h.shared.state)
-            .valve
+        h.delivery
             .trigger(id)
             .map_err(|e| format!("coordinator of '{name}': {e}"))?;
-        let shared = h.shared.clone();
+        let delivery = h.delivery.clone();
         let (result, future) = CheckpointResult::new(id);
         // The valve closes the instant the snapshot completes, on the thread completing it,
         // so no event sent afterwards can slip into this checkpoint.
         let result = result.with_completion_hook(move |c, outcome| {
-            if outcome.is_ok() {
-                let _order = lock(&shared.order);
-                let mut st = lock(&shared.state);
-                if let Err(e) = st.valve.coordinator_checkpoint_taken(c) {
-                    st.close_error = Some(e.to_string());
-                }
-            }
-            shared.ready.notify_waiters();
+            delivery.coordinator_checkpoint_done(c, outcome.is_ok());
         });
         h.coordinator
             .checkpoint_coordinator(id, result)
             .await
             .map_err(|e| format!("coordinator of '{name}' failed to checkpoint: {e}"))?;
-        let (node, shared) = (h.node, h.shared.clone());
+        let (node, delivery) = (h.node, h.delivery.clone());
         Ok(Box::pin(async move {
             let state = future.await.map_err(|d| {
                 format!(
@@ -410,33 +248,11 @@ impl Coordinators {
                     d.reason
                 )
             })?;
-            loop {
-                let notified = shared.ready.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                {
-                    let mut st = lock(&shared.state);
-                    if let Some(e) = st.close_error.take() {
-                        return Err(format!("coordinator of '{name}': {e}"));
-                    }
-                    match st.valve.readiness(id) {
-                        Some(Readiness::Ready) => return Ok((node, state)),
-                        Some(Readiness::Failed) => {
-                            return Err(format!(
-                                "coordinator of '{name}': an event it sent before its snapshot \
-                                 of checkpoint {id} was lost"
-                            ));
-                        }
-                        Some(Readiness::AwaitingAcks { .. }) => {}
-                        None => {
-                            return Err(format!(
-                                "coordinator of '{name}': checkpoint {id} is no longer pending"
-                            ));
-                        }
-                    }
-                }
-                notified.await;
-            }
+            delivery
+                .ready(id)
+                .await
+                .map_err(|e| format!("coordinator of '{name}': {e}"))?;
+            Ok((node, state))
         }))
     }
 
@@ -449,27 +265,15 @@ impl Coordinators {
         id: CheckpointId,
     ) {
         if let Some(h) = self.holders.iter().find(|h| h.node == node) {
-            let _order = lock(&h.shared.order);
-            let released = lock(&h.shared.state)
-                .valve
+            h.delivery
                 .barrier_taken(SubtaskAttempt::new(subtask, attempt), id);
-            if let Ok(released) = released {
-                h.shared.release(released);
-            }
         }
     }
 
     /// Checkpoint `id` completed.
     pub(crate) async fn checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), JobError> {
         for h in &mut self.holders {
-            {
-                let _order = lock(&h.shared.order);
-                let released = lock(&h.shared.state)
-                    .valve
-                    .checkpoint_complete(id)
-                    .unwrap_or_default();
-                h.shared.release(released);
-            }
+            h.delivery.checkpoint_complete(id);
             h.coordinator
                 .notify_checkpoint_complete(id)
                 .await
@@ -483,14 +287,7 @@ impl Coordinators {
     /// Checkpoint `id` was aborted.
     pub(crate) async fn checkpoint_aborted(&mut self, id: CheckpointId) -> Result<(), JobError> {
         for h in &mut self.holders {
-            {
-                let _order = lock(&h.shared.order);
-                let released = lock(&h.shared.state)
-                    .valve
-                    .checkpoint_aborted(id)
-                    .unwrap_or_default();
-                h.shared.release(released);
-            }
+            h.delivery.checkpoint_aborted(id);
             h.coordinator
                 .notify_checkpoint_aborted(id)
                 .await
@@ -502,7 +299,7 @@ impl Coordinators {
     /// The failure to fail over with if an event was lost while its target ran.
     pub(crate) fn lost_event(&self) -> Option<JobError> {
         self.holders.iter().find_map(|h| {
-            let target = lock(&h.shared.state).lost.drain(..).next()?;
+            let target = h.delivery.take_lost()?;
             Some(coordinator_error(
                 h.node,
                 &h.name,
@@ -527,11 +324,7 @@ impl Coordinators {
             for s in 0..h.parallelism {
                 Self::subtask_failed(h, s, reason).await?;
             }
-            {
-                let _order = lock(&h.shared.order);
-                let released = lock(&h.shared.state).valve.reset();
-                h.shared.release(released);
-            }
+            h.delivery.reset();
             let (id, state) = match restore {
                 Some((id, states)) => (id, states.get(&h.node).cloned()),
                 None => (sluice_coordinator::NO_CHECKPOINT, None),
@@ -550,18 +343,7 @@ impl Coordinators {
         let Some(attempt) = h.attempts[s].take() else {
             return Ok(());
         };
-        let target = SubtaskAttempt::new(s, attempt);
-        let failed = {
-            let mut st = lock(&h.shared.state);
-            st.mailboxes.remove(&target);
-            st.valve.attempt_failed(target)
-        };
-        for (id, _) in failed.dropped {
-            let ack = lock(&h.shared.state).waiting.remove(&id);
-            if let Some(ack) = ack {
-                ack.fail(SendError::TaskNotRunning { target });
-            }
-        }
+        h.delivery.attempt_failed(SubtaskAttempt::new(s, attempt));
         h.live.attempt_failed(s, attempt);
         h.coordinator
             .execution_attempt_failed(s, attempt, Some(reason.to_string()))
@@ -578,16 +360,11 @@ impl Coordinators {
         mailbox: Option<&mpsc::Sender<TaskControl>>,
     ) -> Result<(), JobError> {
         let target = SubtaskAttempt::new(s, attempt);
-        {
-            let mut st = lock(&h.shared.state);
-            if let Some(tx) = mailbox {
-                st.mailboxes.insert(target, tx.clone());
-            }
-            st.valve.attempt_ready(target);
-        }
+        h.delivery
+            .attempt_ready(target, mailbox.map(|tx| task_mailbox(h.node, tx)));
         h.live.attempt_ready(s, attempt);
         h.attempts[s] = Some(attempt);
-        let transport: Arc<dyn EventTransport> = Arc::new(ValveTransport(h.shared.clone()));
+        let transport: Arc<dyn EventTransport> = h.delivery.clone();
         let gateway = SubtaskGateway::new(s, attempt, transport);
         h.coordinator
             .execution_attempt_ready(s, attempt, gateway)

@@ -1,16 +1,16 @@
 //! How an operator subtask's events reach its coordinator.
 //!
 //! Each operator with a coordinator has one [`CoordinatorLink`] per subtask. While the
-//! coordinator offers a [`DirectEventHandler`] (the job master installs it once an attempt is
-//! deployed and the coordinator settled, and removes it before a failover), an event is queued
-//! straight onto the coordinator's thread: the job master's loop is not on the way. Otherwise it
+//! coordinator offers a [`DirectEventHandler`](sluice_coordinator::DirectEventHandler) (the job
+//! master installs it in the operator's [`DirectSlot`] once an attempt is deployed and the
+//! coordinator settled, and removes it before a failover), an event is queued straight onto the
+//! coordinator's thread: the job master's loop is not on the way. Otherwise it
 //! goes to the job master through a bounded channel of [`ToCoordinator`] messages, and the master
 //! calls the coordinator. Either way the coordinator handles one subtask's events in send order,
 //! ordered with the master's calls by its single queue.
 
-use sluice_coordinator::{CoordinatorError, DirectEventHandler, SubmitError};
+use sluice_coordinator::{CoordinatorError, SubmitError};
 use sluice_core::{AttemptNumber, NodeId, OperatorEvent, SubtaskIndex};
-use std::sync::{Arc, RwLock};
 use tokio::sync::mpsc;
 
 /// How many events from operators to coordinators may wait for the job master.
@@ -25,36 +25,9 @@ pub(crate) struct ToCoordinator {
     pub(crate) event: OperatorEvent,
 }
 
-/// The direct path to one coordinator, shared by its holder and every subtask of its operator.
-#[derive(Clone, Default)]
-pub(crate) struct DirectSlot(Arc<RwLock<Option<DirectEventHandler>>>);
-
-impl DirectSlot {
-    /// Installs (or, with `None`, removes) the direct handler.
-    pub(crate) fn set(&self, handler: Option<DirectEventHandler>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = handler;
-    }
-
-    /// Hands `event` to the direct handler if one is installed, or gives it back. The handler
-    /// only queues, so it runs under the read lock and the hot path takes no reference count.
-    fn offer(
-        &self,
-        subtask: SubtaskIndex,
-        attempt: AttemptNumber,
-        event: OperatorEvent,
-    ) -> Result<Result<(), CoordinatorError>, OperatorEvent> {
-        match self.0.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            Some(handler) => Ok(handler(subtask, attempt, event)),
-            None => Err(event),
-        }
-    }
-}
-
-impl std::fmt::Debug for DirectSlot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("DirectSlot")
-    }
-}
+/// The direct path to one coordinator, shared by its holder and every subtask of its operator
+/// (it lives in `sluice-coordinator`, where its loom model is).
+pub(crate) use sluice_coordinator::DirectSlot;
 
 /// Why an event did not reach its coordinator.
 #[derive(Debug)]
