@@ -5,7 +5,7 @@
 
 use super::*;
 use object_store::memory::InMemory;
-use sluice_runtime::storage::format;
+use sluice_runtime::storage::state_file_name;
 use sluice_runtime::storage::{OperatorInfo, contract};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -238,7 +238,7 @@ fn a_complete_checkpoint_is_not_written_again_and_a_missing_file_blocks_completi
             .unwrap();
         let mut missing = written.clone();
         missing.subtask = 1;
-        missing.file_name = format::state_file_name(NodeId(0), 1);
+        missing.file_name = state_file_name(NodeId(0), 1);
         let err = s
             .complete(CheckpointMetadata {
                 job_fingerprint: JOB.into(),

@@ -4,12 +4,15 @@
 //! Where to find things:
 //! - [`api`]: [`StreamEnvironment`], [`DataStream`], [`KeyedStream`], sources and sinks;
 //! - [`operator`]: the [`Operator`] trait every transformation implements;
-//! - [`exchange`]: channels, batches and partitioners between tasks;
+//! - `exchange` (crate-private): channels, batches and routing between tasks; the
+//!   [`Partitioner`] trait is public at the root;
 //! - [`key_groups`]: how keys map to key groups and key groups to subtasks;
 //! - [`watermark`]: watermark strategies and the per-task watermark valve;
 //! - [`process`]: keyed process functions with per-key state, timers and side outputs;
 //! - [`window`]: tumbling, sliding and session windows with reduce, aggregate and process;
-//! - [`timer`]: event-time and processing-time timers of keyed operators, kept as keyed state;
+//! - `timer` (crate-private): event-time and processing-time timers of keyed operators, kept as
+//!   keyed state; operators reach them through [`process`] (its `TimerService` and
+//!   [`process::TimeDomain`]);
 //! - [`job`]: planning, deployment, the job master, [`JobHandle`] and [`JobResult`], and the
 //!   live view of a running job ([`JobObserver`], whose snapshot is a [`JobStatus`]);
 //! - [`checkpoint`]: checkpoint settings and the pure machines that plan and complete them;
@@ -39,11 +42,13 @@
 //! assert_eq!(out.len(), 334);
 //! ```
 
+#![warn(unreachable_pub)]
+
 pub mod api;
 pub mod checkpoint;
 pub mod cluster;
 mod error;
-pub mod exchange;
+mod exchange;
 pub mod failover;
 mod graph;
 pub mod job;
@@ -56,7 +61,7 @@ pub mod storage;
 mod task;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub mod timer;
+mod timer;
 pub mod watermark;
 pub mod window;
 

@@ -6,11 +6,11 @@
 //! process function are read as a stream.
 
 use sluice_runtime::prelude::*;
+use sluice_runtime::process::TimeDomain;
 use sluice_runtime::process::{
     Context, KeyedProcessFunction, KeyedProcessOperator, OutputTag, Tagged,
 };
 use sluice_runtime::testing::OperatorTestHarness;
-use sluice_runtime::timer::TimeDomain;
 use std::time::Duration;
 
 /// A command for key `.0`: register (`t > 0`) or delete (`t < 0`) an event-time timer at `|t|`,

@@ -76,11 +76,6 @@ impl WorkerJob {
         }
     }
 
-    /// How many tasks the job has.
-    pub fn task_count(&self) -> usize {
-        self.plan.task_count()
-    }
-
     /// The graph's fingerprint.
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint

@@ -10,7 +10,7 @@
 //! processes is a local channel on each side and a pump between them (`remote`).
 
 pub(crate) mod gate;
-pub mod partitioner;
+pub(crate) mod partitioner;
 pub(crate) mod remote;
 pub(crate) mod writer;
 

@@ -21,6 +21,7 @@ mod operator;
 mod output;
 mod timed;
 
+pub use crate::timer::TimeDomain;
 pub use function::{Context, KeyedProcessFunction, StateKey, TimerService};
 pub use operator::KeyedProcessOperator;
 pub use output::{OutputTag, SideRecord, Tagged};

@@ -40,11 +40,6 @@ impl<T: Serialize + DeserializeOwned> ListState<T> {
         &self.items
     }
 
-    /// The items, mutably.
-    pub fn items_mut(&mut self) -> &mut Vec<T> {
-        &mut self.items
-    }
-
     /// Removes every item.
     pub fn clear(&mut self) {
         self.items.clear();

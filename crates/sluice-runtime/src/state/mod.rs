@@ -72,12 +72,12 @@ impl OperatorState {
     }
 
     /// The list entries, by value.
-    pub fn into_entries(self) -> Vec<Vec<u8>> {
+    pub(crate) fn into_entries(self) -> Vec<Vec<u8>> {
         self.entries
     }
 
     /// Appends one keyed entry.
-    pub fn push_keyed(&mut self, entry: KeyGroupEntry) {
+    pub(crate) fn push_keyed(&mut self, entry: KeyGroupEntry) {
         self.keyed.push(entry);
     }
 

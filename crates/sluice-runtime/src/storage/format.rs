@@ -6,7 +6,7 @@
 //! version (u32), the payload length (u64) and the CRC32 of the payload (u32), all little-endian.
 //! The payload follows. The checks here are pure, so every kind of damage is unit tested.
 //!
-//! ```
+//! ```text
 //! use sluice_runtime::storage::format::{FileKind, frame, unframe};
 //!
 //! let file = frame(FileKind::State, b"offset=42");
@@ -24,15 +24,15 @@ use super::Corruption;
 use sluice_core::{CheckpointId, NodeId, SubtaskIndex};
 
 /// The length of the header.
-pub const HEADER_LEN: usize = 20;
+pub(crate) const HEADER_LEN: usize = 20;
 /// The format version this build writes and reads.
-pub const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 2;
 /// The name of a checkpoint's metadata file, written last.
-pub const METADATA_FILE: &str = "_metadata";
+pub(crate) const METADATA_FILE: &str = "_metadata";
 
 /// Which kind of file a header belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FileKind {
+pub(crate) enum FileKind {
     /// The state of one operator subtask.
     State,
     /// A checkpoint's metadata.
@@ -50,7 +50,7 @@ impl FileKind {
 
 /// A header that passed the checks that need no payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Header {
+pub(crate) struct Header {
     /// The payload length.
     pub len: u64,
     /// The payload's CRC32.
@@ -58,7 +58,7 @@ pub struct Header {
 }
 
 /// The header fields of `payload`.
-pub fn header_of(payload: &[u8]) -> Header {
+pub(crate) fn header_of(payload: &[u8]) -> Header {
     Header {
         len: payload.len() as u64,
         crc32: crc32fast::hash(payload),
@@ -66,7 +66,7 @@ pub fn header_of(payload: &[u8]) -> Header {
 }
 
 /// The header bytes of a file of `kind` with a payload described by `header`.
-pub fn encode_header(kind: FileKind, header: Header) -> [u8; HEADER_LEN] {
+pub(crate) fn encode_header(kind: FileKind, header: Header) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[0..4].copy_from_slice(&kind.magic());
     h[4..8].copy_from_slice(&VERSION.to_le_bytes());
@@ -76,7 +76,7 @@ pub fn encode_header(kind: FileKind, header: Header) -> [u8; HEADER_LEN] {
 }
 
 /// Checks a header read from a file of `file_len` bytes.
-pub fn check_header(
+pub(crate) fn check_header(
     kind: FileKind,
     header: &[u8; HEADER_LEN],
     file_len: u64,
@@ -114,7 +114,7 @@ pub fn check_header(
 }
 
 /// Checks a payload against its header's checksum.
-pub fn check_payload(header: Header, payload: &[u8]) -> Result<(), Corruption> {
+pub(crate) fn check_payload(header: Header, payload: &[u8]) -> Result<(), Corruption> {
     let computed = crc32fast::hash(payload);
     if computed == header.crc32 {
         Ok(())
@@ -127,7 +127,7 @@ pub fn check_payload(header: Header, payload: &[u8]) -> Result<(), Corruption> {
 }
 
 /// `payload` framed as a file of `kind`: its header, then the payload.
-pub fn frame(kind: FileKind, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(kind: FileKind, payload: &[u8]) -> Vec<u8> {
     let mut file = Vec::with_capacity(HEADER_LEN + payload.len());
     file.extend_from_slice(&encode_header(kind, header_of(payload)));
     file.extend_from_slice(payload);
@@ -136,7 +136,7 @@ pub fn frame(kind: FileKind, payload: &[u8]) -> Vec<u8> {
 
 /// Checks a whole framed file of `kind` (header, length and checksum) and returns its header
 /// and payload.
-pub fn unframe(kind: FileKind, file: &[u8]) -> Result<(Header, &[u8]), Corruption> {
+pub(crate) fn unframe(kind: FileKind, file: &[u8]) -> Result<(Header, &[u8]), Corruption> {
     let Some((raw, payload)) = file.split_first_chunk::<HEADER_LEN>() else {
         return Err(Corruption::TooShort {
             len: file.len() as u64,
@@ -149,12 +149,12 @@ pub fn unframe(kind: FileKind, file: &[u8]) -> Result<(Header, &[u8]), Corruptio
 }
 
 /// The directory name of checkpoint `id`.
-pub fn checkpoint_dir_name(id: CheckpointId) -> String {
+pub(crate) fn checkpoint_dir_name(id: CheckpointId) -> String {
     format!("chk-{}", id.0)
 }
 
 /// The checkpoint id of a directory name, if it is one.
-pub fn parse_checkpoint_dir_name(name: &str) -> Option<CheckpointId> {
+pub(crate) fn parse_checkpoint_dir_name(name: &str) -> Option<CheckpointId> {
     let digits = name.strip_prefix("chk-")?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -168,13 +168,13 @@ pub fn state_file_name(node: NodeId, subtask: SubtaskIndex) -> String {
 }
 
 /// The file name of the state of one operator's coordinator.
-pub fn coordinator_file_name(node: NodeId) -> String {
+pub(crate) fn coordinator_file_name(node: NodeId) -> String {
     format!("node-{}.coordinator.state", node.0)
 }
 
 /// Whether `name` is a plain file name inside a checkpoint directory (no separator, not `.` or
 /// `..`), so that metadata can never point outside its directory.
-pub fn is_plain_file_name(name: &str) -> bool {
+pub(crate) fn is_plain_file_name(name: &str) -> bool {
     !name.is_empty()
         && name != "."
         && name != ".."

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 /// This does blocking I/O: call it while configuring a job, or from `spawn_blocking`, not on a
 /// runtime worker.
 ///
-/// ```
+/// ```text
 /// use sluice_runtime::storage::validate_directory;
 ///
 /// let tmp = tempfile::tempdir().unwrap();
@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 /// let err = validate_directory(std::path::Path::new("")).unwrap_err();
 /// assert!(err.to_string().contains("\"\" is not usable"), "{err}");
 /// ```
-pub fn validate_directory(path: &Path) -> Result<(), StorageError> {
+pub(crate) fn validate_directory(path: &Path) -> Result<(), StorageError> {
     reject_empty(path)?;
     let not_writable = |source| StorageError::NotWritable {
         path: path.to_path_buf(),
@@ -64,7 +64,7 @@ fn reject_empty(path: &Path) -> Result<(), StorageError> {
 
 /// What a path to restore from names; see [`restore_path_kind`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RestorePathKind {
+pub(crate) enum RestorePathKind {
     /// One checkpoint directory, `chk-N` (restore exactly that checkpoint).
     Checkpoint,
     /// A checkpoint storage directory (restore its newest valid checkpoint).
@@ -75,7 +75,7 @@ pub enum RestorePathKind {
 /// or a checkpoint storage directory. A path that does not exist, or is empty, is an error
 /// naming it, so that a restore from a mistyped path does not look like an empty storage.
 ///
-/// ```
+/// ```text
 /// use sluice_runtime::storage::{RestorePathKind, StorageError, restore_path_kind};
 ///
 /// let tmp = tempfile::tempdir().unwrap();
@@ -90,7 +90,7 @@ pub enum RestorePathKind {
 /// assert!(matches!(err, StorageError::NotFound { .. }));
 /// assert!(err.to_string().contains("does not exist"), "{err}");
 /// ```
-pub fn restore_path_kind(path: &Path) -> Result<RestorePathKind, StorageError> {
+pub(crate) fn restore_path_kind(path: &Path) -> Result<RestorePathKind, StorageError> {
     reject_empty(path)?;
     match path.try_exists() {
         Ok(true) => {}
@@ -183,7 +183,7 @@ pub type LocalCheckpointStorage = BlobCheckpointStorage<LocalBlobStore>;
 
 impl BlobCheckpointStorage<LocalBlobStore> {
     /// Storage under `base` that keeps the last `retained` completed checkpoints. Does no I/O;
-    /// see [`validate_directory`] and
+    /// see `validate_directory` and
     /// [`CheckpointStorage::initialize`](super::CheckpointStorage::initialize).
     pub fn new(base: impl Into<PathBuf>, retained: NonZeroUsize) -> Self {
         BlobCheckpointStorage::over(LocalBlobStore::new(base), retained)

@@ -12,7 +12,7 @@
 //!   `Arc<dyn CheckpointStorage>`); implementations must not block the calling tokio worker.
 //! - [`BlobStore`] (`blob.rs`) is what a backend implements: put, get, list and delete of whole
 //!   blobs by key. [`BlobCheckpointStorage`] (`layout.rs`) is the [`CheckpointStorage`] over any
-//!   of them: the layout, the framing ([`format`](mod@format)), the checks on read back (`verify.rs`), the
+//!   of them: the layout, the framing (`format.rs`), the checks on read back (`verify.rs`), the
 //!   newest-valid fallback and retention. The backends: [`LocalBlobStore`] (`local.rs`, a
 //!   directory; [`LocalCheckpointStorage`] is the layout over it), [`MemoryBlobStore`]
 //!   (`memory.rs`), and object stores in `sluice-object-store`.
@@ -72,7 +72,7 @@ mod blob;
 #[cfg(any(test, feature = "testing"))]
 pub mod contract;
 mod error;
-pub mod format;
+pub(crate) mod format;
 mod fs;
 mod layout;
 mod local;
@@ -84,10 +84,10 @@ mod verify;
 
 pub use blob::BlobStore;
 pub use error::{Corruption, StorageError};
+pub use format::state_file_name;
 pub use layout::BlobCheckpointStorage;
-pub use local::{
-    LocalBlobStore, LocalCheckpointStorage, RestorePathKind, restore_path_kind, validate_directory,
-};
+pub use local::{LocalBlobStore, LocalCheckpointStorage};
+pub(crate) use local::{RestorePathKind, restore_path_kind, validate_directory};
 pub use memory::MemoryBlobStore;
 pub use metadata::{
     CheckpointMetadata, CoordinatorStateHandle, OperatorInfo, RestoreOutcome, RestoredCheckpoint,

@@ -9,14 +9,14 @@ use tokio::time::Instant;
 /// a test pause and advance time (`#[tokio::test(start_paused = true)]`); mapping to epoch
 /// milliseconds keeps timer timestamps meaningful across a restore in another process.
 ///
-/// ```
+/// ```text
 /// use sluice_runtime::timer::ProcessingClock;
 ///
 /// let clock = ProcessingClock::starting_at(1_000);
 /// assert!(clock.now_ms() >= 1_000);
 /// ```
 #[derive(Clone, Copy, Debug)]
-pub struct ProcessingClock {
+pub(crate) struct ProcessingClock {
     base: Instant,
     base_ms: i64,
 }
@@ -31,7 +31,7 @@ impl ProcessingClock {
     /// The process's processing clock: the wall clock read once, at the first call in the
     /// process, advanced by tokio's clock since. Every operator of the process shares it, so
     /// processing time never goes back between a failure and the restore after it.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         static BASE: OnceLock<ProcessingClock> = OnceLock::new();
         *BASE.get_or_init(|| {
             let ms = SystemTime::now()
@@ -43,7 +43,7 @@ impl ProcessingClock {
     }
 
     /// A clock that reads `ms` now.
-    pub fn starting_at(ms: i64) -> Self {
+    pub(crate) fn starting_at(ms: i64) -> Self {
         ProcessingClock {
             base: Instant::now(),
             base_ms: ms,
@@ -51,14 +51,14 @@ impl ProcessingClock {
     }
 
     /// Processing time now, in milliseconds.
-    pub fn now_ms(&self) -> i64 {
+    pub(crate) fn now_ms(&self) -> i64 {
         let elapsed = Instant::now().saturating_duration_since(self.base);
         self.base_ms
             .saturating_add(i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
     }
 
     /// The instant at which processing time reaches `ms` (now, if it already did).
-    pub fn instant_at(&self, ms: i64) -> Instant {
+    pub(crate) fn instant_at(&self, ms: i64) -> Instant {
         let ahead = ms.saturating_sub(self.base_ms).max(0);
         let ahead = Duration::from_millis(u64::try_from(ahead).unwrap_or(u64::MAX));
         self.base

@@ -19,6 +19,7 @@ mod clock;
 mod queue;
 mod service;
 
-pub use clock::ProcessingClock;
-pub use queue::TimerQueue;
-pub use service::{InternalTimers, TimeDomain, Timer};
+pub(crate) use clock::ProcessingClock;
+pub(crate) use queue::TimerQueue;
+pub use service::TimeDomain;
+pub(crate) use service::{InternalTimers, Timer};

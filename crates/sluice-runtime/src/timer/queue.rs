@@ -20,7 +20,7 @@ use std::hash::Hash;
 /// and the buckets are rebuilt. So registering and deleting cost one hash operation, popping
 /// one more.
 ///
-/// ```
+/// ```text
 /// use sluice_runtime::timer::TimerQueue;
 ///
 /// let mut q: TimerQueue<&str, ()> = TimerQueue::default();
@@ -35,10 +35,10 @@ use std::hash::Hash;
 /// assert!(q.is_empty());
 /// ```
 #[derive(Clone, Debug)]
-pub struct TimerQueue<K, N> {
+pub(crate) struct TimerQueue<K, N> {
     buckets: BTreeMap<i64, VecDeque<(K, N, u64)>>,
     index: FxHashMap<(K, N, i64), u64>,
-    /// Live timers registered with `register_unique`, which are not in the index.
+    /// Live timers that are not in the index (none are registered so today).
     unindexed: usize,
     /// Deleted timers still in their buckets.
     dead: usize,
@@ -68,7 +68,7 @@ impl<K: Hash + Eq + Clone, N: Hash + Eq + Clone> TimerQueue<K, N> {
 
     /// Registers a timer; returns false when it already existed.
     #[inline]
-    pub fn register(&mut self, key: K, namespace: N, timestamp: i64) -> bool {
+    pub(crate) fn register(&mut self, key: K, namespace: N, timestamp: i64) -> bool {
         let seq = self.next_seq;
         match self.index.entry((key, namespace, timestamp)) {
             MapEntry::Occupied(_) => false,
@@ -82,18 +82,8 @@ impl<K: Hash + Eq + Clone, N: Hash + Eq + Clone> TimerQueue<K, N> {
         }
     }
 
-    /// Registers a timer the caller knows is not registered and will never delete (a window
-    /// operator's timer for a window it just created), skipping the index: it costs no hash
-    /// operation. [`delete`](Self::delete) and [`contains`](Self::contains) do not see it.
-    #[inline]
-    pub fn register_unique(&mut self, key: K, namespace: N, timestamp: i64) {
-        self.unindexed += 1;
-        self.bucket(timestamp)
-            .push_back((key, namespace, UNINDEXED));
-    }
-
     /// Deletes a timer; returns whether it existed.
-    pub fn delete(&mut self, key: &K, namespace: &N, timestamp: i64) -> bool {
+    pub(crate) fn delete(&mut self, key: &K, namespace: &N, timestamp: i64) -> bool {
         let existed = self
             .index
             .remove(&(key.clone(), namespace.clone(), timestamp))
@@ -108,7 +98,8 @@ impl<K: Hash + Eq + Clone, N: Hash + Eq + Clone> TimerQueue<K, N> {
     }
 
     /// Whether this timer is registered (with [`register`](Self::register)).
-    pub fn contains(&self, key: &K, namespace: &N, timestamp: i64) -> bool {
+    #[cfg(test)]
+    pub(crate) fn contains(&self, key: &K, namespace: &N, timestamp: i64) -> bool {
         self.index
             .contains_key(&(key.clone(), namespace.clone(), timestamp))
     }
@@ -134,7 +125,7 @@ impl<K: Hash + Eq + Clone, N: Hash + Eq + Clone> TimerQueue<K, N> {
     }
 
     /// The earliest timestamp of any timer.
-    pub fn peek_time(&mut self) -> Option<i64> {
+    pub(crate) fn peek_time(&mut self) -> Option<i64> {
         loop {
             let (&t, bucket) = self.buckets.first_key_value()?;
             match bucket.front() {
@@ -154,7 +145,7 @@ impl<K: Hash + Eq + Clone, N: Hash + Eq + Clone> TimerQueue<K, N> {
 
     /// Removes and returns the earliest timer if its timestamp is at or before `time`.
     #[inline]
-    pub fn pop_due(&mut self, time: i64) -> Option<(K, N, i64)> {
+    pub(crate) fn pop_due(&mut self, time: i64) -> Option<(K, N, i64)> {
         loop {
             let mut first = self.buckets.first_entry()?;
             let t = *first.key();
@@ -186,7 +177,7 @@ impl<K: Hash + Eq + Clone, N: Hash + Eq + Clone> TimerQueue<K, N> {
     }
 
     /// Every timer, in firing order.
-    pub fn iter(&self) -> impl Iterator<Item = (&K, &N, i64)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&K, &N, i64)> {
         self.buckets.iter().flat_map(move |(&t, bucket)| {
             bucket
                 .iter()
@@ -198,12 +189,13 @@ impl<K: Hash + Eq + Clone, N: Hash + Eq + Clone> TimerQueue<K, N> {
 
 impl<K, N> TimerQueue<K, N> {
     /// Number of timers.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.index.len() + self.unindexed
     }
 
     /// Whether there is no timer.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -25,7 +25,7 @@ pub enum TimeDomain {
 
 /// A timer that fired.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Timer<K, N> {
+pub(crate) struct Timer<K, N> {
     /// The key it was registered for.
     pub key: K,
     /// Its namespace (the window, for window operators).
@@ -46,7 +46,7 @@ pub struct Timer<K, N> {
 /// processing-time timer and reports when it is due; then
 /// [`pop_processing_timer`](Self::pop_processing_timer) hands out the due ones.
 ///
-/// ```
+/// ```text
 /// use sluice_core::Watermark;
 /// use sluice_runtime::timer::{InternalTimers, TimeDomain};
 ///
@@ -58,7 +58,7 @@ pub struct Timer<K, N> {
 /// assert_eq!((t.key.as_str(), t.timestamp, t.domain), ("a", 10, TimeDomain::EventTime));
 /// assert!(timers.pop_event_timer().is_none());
 /// ```
-pub struct InternalTimers<K, N> {
+pub(crate) struct InternalTimers<K, N> {
     name: String,
     event: TimerQueue<K, N>,
     processing: TimerQueue<K, N>,
@@ -85,7 +85,7 @@ where
     N: Hash + Eq + Clone,
 {
     /// An empty timer service named `name` (unique within its operator).
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         InternalTimers {
             name: name.to_string(),
             event: TimerQueue::default(),
@@ -98,70 +98,81 @@ where
     }
 
     /// Replaces the processing clock (at `open`, or a fixed clock in tests).
-    pub fn set_clock(&mut self, clock: ProcessingClock) {
+    pub(crate) fn set_clock(&mut self, clock: ProcessingClock) {
         self.clock = clock;
         self.sleep = None;
         self.armed_for = None;
     }
 
     /// The current watermark (`i64::MIN` before the first).
-    pub fn current_watermark(&self) -> i64 {
+    pub(crate) fn current_watermark(&self) -> i64 {
         self.watermark
     }
 
     /// Processing time now, in milliseconds.
-    pub fn current_processing_time(&self) -> i64 {
+    pub(crate) fn current_processing_time(&self) -> i64 {
         self.clock.now_ms()
     }
 
     /// Registers an event-time timer (a no-op if it exists).
-    pub fn register_event_time_timer(&mut self, key: K, namespace: N, timestamp: i64) -> bool {
+    pub(crate) fn register_event_time_timer(
+        &mut self,
+        key: K,
+        namespace: N,
+        timestamp: i64,
+    ) -> bool {
         self.event.register(key, namespace, timestamp)
     }
 
-    /// Registers an event-time timer the caller knows is new and will never delete (see
-    /// [`TimerQueue::register_unique`]).
-    pub fn register_unique_event_time_timer(&mut self, key: K, namespace: N, timestamp: i64) {
-        self.event.register_unique(key, namespace, timestamp);
-    }
-
-    /// Registers a processing-time timer the caller knows is new and will never delete.
-    pub fn register_unique_processing_time_timer(&mut self, key: K, namespace: N, timestamp: i64) {
-        self.processing.register_unique(key, namespace, timestamp);
-    }
-
     /// Deletes an event-time timer (a no-op if it does not exist).
-    pub fn delete_event_time_timer(&mut self, key: &K, namespace: &N, timestamp: i64) -> bool {
+    pub(crate) fn delete_event_time_timer(
+        &mut self,
+        key: &K,
+        namespace: &N,
+        timestamp: i64,
+    ) -> bool {
         self.event.delete(key, namespace, timestamp)
     }
 
     /// Registers a processing-time timer (a no-op if it exists).
-    pub fn register_processing_time_timer(&mut self, key: K, namespace: N, timestamp: i64) -> bool {
+    pub(crate) fn register_processing_time_timer(
+        &mut self,
+        key: K,
+        namespace: N,
+        timestamp: i64,
+    ) -> bool {
         self.processing.register(key, namespace, timestamp)
     }
 
     /// Deletes a processing-time timer (a no-op if it does not exist).
-    pub fn delete_processing_time_timer(&mut self, key: &K, namespace: &N, timestamp: i64) -> bool {
+    pub(crate) fn delete_processing_time_timer(
+        &mut self,
+        key: &K,
+        namespace: &N,
+        timestamp: i64,
+    ) -> bool {
         self.processing.delete(key, namespace, timestamp)
     }
 
     /// The event-time timers, in firing order.
-    pub fn event_timers(&self) -> &TimerQueue<K, N> {
+    #[cfg(test)]
+    pub(crate) fn event_timers(&self) -> &TimerQueue<K, N> {
         &self.event
     }
 
     /// The processing-time timers, in firing order.
-    pub fn processing_timers(&self) -> &TimerQueue<K, N> {
+    #[cfg(test)]
+    pub(crate) fn processing_timers(&self) -> &TimerQueue<K, N> {
         &self.processing
     }
 
     /// Event time advanced to `watermark` (an older one is ignored).
-    pub fn advance_watermark(&mut self, watermark: Watermark) {
+    pub(crate) fn advance_watermark(&mut self, watermark: Watermark) {
         self.watermark = self.watermark.max(watermark.timestamp());
     }
 
     /// The earliest event-time timer the watermark passed, removed.
-    pub fn pop_event_timer(&mut self) -> Option<Timer<K, N>> {
+    pub(crate) fn pop_event_timer(&mut self) -> Option<Timer<K, N>> {
         let (key, namespace, timestamp) = self.event.pop_due(self.watermark)?;
         Some(Timer {
             key,
@@ -172,7 +183,7 @@ where
     }
 
     /// The earliest processing-time timer at or before `now`, removed.
-    pub fn pop_processing_timer(&mut self, now: i64) -> Option<Timer<K, N>> {
+    pub(crate) fn pop_processing_timer(&mut self, now: i64) -> Option<Timer<K, N>> {
         let (key, namespace, timestamp) = self.processing.pop_due(now)?;
         Some(Timer {
             key,
@@ -185,7 +196,7 @@ where
     /// Arms the tokio timer for the earliest processing-time timer and returns processing time
     /// now if that timer is due; otherwise `None`, with `cx`'s waker registered for when it will
     /// be.
-    pub fn poll_processing(&mut self, cx: &mut Context<'_>) -> Option<i64> {
+    pub(crate) fn poll_processing(&mut self, cx: &mut Context<'_>) -> Option<i64> {
         let earliest = self.processing.peek_time()?;
         let now = self.clock.now_ms();
         if earliest <= now {
@@ -210,7 +221,8 @@ where
     }
 
     /// Whether any timer is registered.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.event.is_empty() && self.processing.is_empty()
     }
 
@@ -226,7 +238,7 @@ where
 {
     /// Writes every timer as keyed state: one entry per key group, holding (domain, key,
     /// namespace, timestamp) in firing order.
-    pub fn snapshot_into(
+    pub(crate) fn snapshot_into(
         &self,
         max_parallelism: usize,
         state: &mut OperatorState,
@@ -259,7 +271,7 @@ where
 
     /// Adds the timers of this service's entries in `state` (the key groups dealt to this
     /// subtask).
-    pub fn restore_from(&mut self, state: &OperatorState) -> Result<(), CodecError> {
+    pub(crate) fn restore_from(&mut self, state: &OperatorState) -> Result<(), CodecError> {
         let name = self.state_name();
         for e in state.keyed_entries().iter().filter(|e| e.state == name) {
             let timers: Vec<(TimeDomain, K, N, i64)> = codec::decode(&e.data)?;

@@ -41,7 +41,7 @@ pub(crate) struct ValveOutput {
 
 impl WatermarkValve {
     /// A valve over `channels` input channels, all active at the minimum watermark.
-    pub fn new(channels: usize) -> Self {
+    pub(crate) fn new(channels: usize) -> Self {
         WatermarkValve {
             channels: vec![
                 Channel {
@@ -58,12 +58,12 @@ impl WatermarkValve {
 
     /// The last watermark emitted.
     #[cfg(test)]
-    pub fn current(&self) -> Watermark {
+    pub(crate) fn current(&self) -> Watermark {
         self.last
     }
 
     /// Channel `ch` delivered watermark `w` (a watermark also marks the channel active).
-    pub fn on_watermark(&mut self, ch: usize, w: Watermark) -> ValveOutput {
+    pub(crate) fn on_watermark(&mut self, ch: usize, w: Watermark) -> ValveOutput {
         let c = &mut self.channels[ch];
         if w > c.watermark {
             c.watermark = w;
@@ -73,13 +73,13 @@ impl WatermarkValve {
     }
 
     /// Channel `ch` became idle or active.
-    pub fn on_status(&mut self, ch: usize, status: WatermarkStatus) -> ValveOutput {
+    pub(crate) fn on_status(&mut self, ch: usize, status: WatermarkStatus) -> ValveOutput {
         self.channels[ch].idle = status == WatermarkStatus::Idle;
         self.recompute()
     }
 
     /// Channel `ch` ended.
-    pub fn on_end(&mut self, ch: usize) -> ValveOutput {
+    pub(crate) fn on_end(&mut self, ch: usize) -> ValveOutput {
         self.channels[ch].ended = true;
         self.recompute()
     }

@@ -10,7 +10,7 @@
 //! - `panes.rs`: the contents of tumbling and sliding windows, one table per window, in window
 //!   order: firing takes whole tables, and event-time panes need no timers.
 //! - `operator.rs`: [`WindowOperator`]: assignment, lateness, firing and cleanup on timers of
-//!   the [`timer`](crate::timer) service, session merging, late records to a side output or
+//!   the `timer` service, session merging, late records to a side output or
 //!   dropped and counted ([`LateRecordsDropped`]), window contents and timers in checkpoints by
 //!   key group.
 //!
