@@ -51,9 +51,9 @@ fn ident(s: &str) -> String {
 /// an inline `#[cfg(test)] mod tests` (unit tests may use the test kit of any layer).
 fn code(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
-    let tests_at = lines.windows(2).position(|w| {
-        w[0].trim() == "#[cfg(test)]" && w[1].trim_start().starts_with("mod tests")
-    });
+    let tests_at = lines
+        .windows(2)
+        .position(|w| w[0].trim() == "#[cfg(test)]" && w[1].trim_start().starts_with("mod tests"));
     lines
         .iter()
         .enumerate()
