@@ -657,40 +657,54 @@ impl JobMachine {
 
     /// Every task of the failed region at `i` stopped: the restart strategy decides.
     fn region_stopped(&mut self, i: usize, now_ms: u64, out: &mut Vec<JobAction>) {
-        let Phase::Running(r) = &mut self.phase else {
+        let Phase::Running(r) = &self.phase else {
             return;
         };
-        let Some(region) = r.regions.get_mut(i) else {
+        let Some(region) = r.regions.get(i) else {
             return;
         };
-        let err = region.cause.clone().into_job_error();
-        let tasks = region.tasks.clone();
-        match decide(
+        let (err, tasks) = (region.cause.clone().into_job_error(), region.tasks.clone());
+        match self.decide_restart(err, Some(tasks), now_ms, out) {
+            Err(final_error) => self.pass_to_attempt(Fact::GaveUp(final_error), now_ms, out),
+            Ok(after_ms) => {
+                if let Phase::Running(r) = &mut self.phase
+                    && let Some(region) = r.regions.get_mut(i)
+                {
+                    region.due_ms = Some(now_ms.saturating_add(after_ms));
+                }
+            }
+        }
+    }
+
+    /// Records failure `err` (of the tasks of `region`, or of the whole job) and asks the
+    /// restart strategy: the delay before the restart, counted and recorded, or the job's final
+    /// error.
+    fn decide_restart(
+        &mut self,
+        err: JobError,
+        region: Option<Vec<TaskIndex>>,
+        now_ms: u64,
+        out: &mut Vec<JobAction>,
+    ) -> Result<u64, JobError> {
+        let decision = decide(
             &self.settings.restart,
             &mut self.history,
             err.clone(),
             now_ms,
-        ) {
-            Err(final_error) => {
-                out.push(JobAction::Failure {
-                    error: err,
-                    restart: None,
-                });
-                self.pass_to_attempt(Fact::GaveUp(final_error), now_ms, out);
+        );
+        let restart = decision.as_ref().ok().map(|&after_ms| {
+            self.summary.restarts += 1;
+            Restart {
+                restarts: self.summary.restarts,
+                after_ms,
+                region,
             }
-            Ok(after_ms) => {
-                region.due_ms = Some(now_ms.saturating_add(after_ms));
-                self.summary.restarts += 1;
-                out.push(JobAction::Failure {
-                    error: err,
-                    restart: Some(Restart {
-                        restarts: self.summary.restarts,
-                        after_ms,
-                        region: Some(tasks),
-                    }),
-                });
-            }
-        }
+        });
+        out.push(JobAction::Failure {
+            error: err,
+            restart,
+        });
+        decision
     }
 
     /// The region at `i` is due: deploy it as a new attempt (rule 4).
@@ -772,29 +786,9 @@ impl JobMachine {
             AttemptEnd::TaskFailed(e) => e.into_job_error(),
             AttemptEnd::Failed(e) => e,
         };
-        match decide(
-            &self.settings.restart,
-            &mut self.history,
-            err.clone(),
-            now_ms,
-        ) {
-            Err(final_error) => {
-                out.push(JobAction::Failure {
-                    error: err,
-                    restart: None,
-                });
-                self.finish(Err(final_error), out);
-            }
+        match self.decide_restart(err.clone(), None, now_ms, out) {
+            Err(final_error) => self.finish(Err(final_error), out),
             Ok(after_ms) => {
-                self.summary.restarts += 1;
-                out.push(JobAction::Failure {
-                    error: err.clone(),
-                    restart: Some(Restart {
-                        restarts: self.summary.restarts,
-                        after_ms,
-                        region: None,
-                    }),
-                });
                 let restore = self.restore_point().map(|c| (c.id, c.coordinators));
                 out.push(JobAction::ResetCoordinators {
                     reason: err.to_string(),
