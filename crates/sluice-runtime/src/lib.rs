@@ -22,6 +22,30 @@
 //!   (gauges, counters and histograms through a [`metrics::MetricSource`]);
 //! - `testing` (with the `testing` feature): fault injection and test operators.
 //!
+//! # For operator, source and connector authors
+//!
+//! Everything a new operator, source or sink needs, and nothing of the engine's machinery (the
+//! job master, deployment, exchanges and timers' internals are crate-private):
+//! - operators: [`Operator`], [`Collector`] (records, event times, watermarks out),
+//!   [`OperatorContext`] (subtask, parallelism, metrics, coordinator events), and
+//!   [`OperatorState`] with the typed views [`state::ValueState`], [`state::MapState`],
+//!   [`state::ListState`], snapshotted and restored by key group at any parallelism;
+//! - keyed logic with timers: [`process::KeyedProcessFunction`], its [`process::Context`] and
+//!   [`process::TimerService`] ([`process::TimeDomain`]), side outputs ([`process::OutputTag`]);
+//! - sources: [`SourceHead`] and [`SourceHeadPoll`] (a source at the head of a task that takes
+//!   coordinator events and decides its watermarks and end; `sluice-source`'s split sources are
+//!   built on it), [`WatermarkStrategy`];
+//! - sinks: [`Sink`], and exactly once [`api::TwoPhaseCommitSink`] (a transaction per
+//!   checkpoint, committed up to the completed one, [`api::Restored`] on restore) driven by
+//!   [`api::TwoPhaseCommitOp`];
+//! - routing: [`Partitioner`] and [`key_groups`]; published metrics:
+//!   [`metrics::MetricSource`];
+//! - checkpoint backends: [`storage::BlobStore`] (put, get, list, delete) under the one layout,
+//!   [`storage::BlobCheckpointStorage`];
+//! - tests (feature `testing`): `testing::OperatorTestHarness` (one operator driven by hand,
+//!   snapshots and restores at another parallelism, coordinator events), the fault injectors
+//!   `testing::FailureInjector` and `testing::CoordinatorFaultInjector`.
+//!
 //! # Features
 //!
 //! - `testing` (off by default): compiles the `testing` module, the utilities for tests of jobs
