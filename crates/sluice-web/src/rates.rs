@@ -1,6 +1,8 @@
 //! Rates over a window of samples: records per second and the backpressured and busy share of
-//! each vertex, and the backpressure level the dashboard colours a vertex by. Pure: samples go
-//! in with the time they were taken, rates come out; the server samples on a timer.
+//! each vertex and of each operator in it, the backpressure level the dashboard colours a vertex
+//! by, and which operator of a chain holds the operators before it back ([`holding_back`]).
+//! Pure: samples go in with the time they were taken, rates come out; the server samples on a
+//! timer.
 //!
 //! ```
 //! use sluice_web::rates::{BackpressureLevel, RateWindow};
@@ -89,6 +91,48 @@ impl VertexRates {
     }
 }
 
+/// One operator's share of busy and backpressured time over the window, and whether it holds
+/// the operators before it in its chain back.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct OperatorRates {
+    /// The largest share of time any of its subtasks was busy (0.0 to 1.0).
+    pub busy_ratio: f64,
+    /// The largest share of time any of its subtasks was backpressured (0.0 to 1.0).
+    pub backpressure_ratio: f64,
+    /// The operators before it in its chain wait on it (see [`holding_back`]): it is what holds
+    /// the chain back, as an async operator with every request slot taken does.
+    pub holds_back_chain: bool,
+}
+
+/// Least drop of the backpressured share from one operator of a chain to the next that names
+/// the next one as holding the chain back: Flink's bound between an OK and a LOW level.
+pub const HOLDING_BACK_DROP: f64 = 0.1;
+
+/// Which operator of a chain (operators head first, each as its `(busy, backpressured)` shares)
+/// holds the operators before it back, if one does.
+///
+/// A task's time is the same for every operator of its chain, except the time its input waits
+/// on an operator that refuses more: that wait is backpressured for the operators before that
+/// operator and busy for it and those after it. So the operator where the backpressured share
+/// drops by at least [`HOLDING_BACK_DROP`] is the one the chain waits on; the first such drop
+/// counts, since what waits on it is held back whatever comes after.
+///
+/// ```
+/// use sluice_web::rates::holding_back;
+/// // source and parse wait 80 % of the time on the lookup, which is busy.
+/// let chain = [(0.2, 0.8), (0.2, 0.8), (1.0, 0.0), (1.0, 0.0)];
+/// assert_eq!(holding_back(&chain), Some(2));
+/// // A chain backpressured from downstream: every operator alike, nobody inside holds it.
+/// assert_eq!(holding_back(&[(0.1, 0.9), (0.1, 0.9)]), None);
+/// ```
+pub fn holding_back(chain: &[(f64, f64)]) -> Option<usize> {
+    chain
+        .windows(2)
+        // The margin keeps a drop of exactly the bound (0.5 to 0.4) from reading 0.0999….
+        .position(|w| w[0].1 - w[1].1 >= HOLDING_BACK_DROP - 1e-9)
+        .map(|i| i + 1)
+}
+
 /// Rates of every vertex of a job between two samples.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Rates {
@@ -98,6 +142,8 @@ pub struct Rates {
     pub window_ms: u64,
     /// By vertex id.
     pub vertices: BTreeMap<String, VertexRates>,
+    /// By operator id.
+    pub operators: BTreeMap<usize, OperatorRates>,
 }
 
 #[derive(Clone, Debug)]
@@ -106,7 +152,63 @@ struct VertexSample {
     records_out: u64,
     /// Per subtask: (busy ms, backpressured ms).
     times: Vec<(u64, u64)>,
+    /// Its operators head first, each with its times per subtask.
+    operators: Vec<(usize, Vec<(u64, u64)>)>,
     is_source: bool,
+}
+
+/// The largest share of `ms` milliseconds that any subtask spent in the time `pick` chooses, between the
+/// times of an older sample (absent: from zero) and a newer one.
+fn share(
+    new: &[(u64, u64)],
+    old: Option<&[(u64, u64)]>,
+    ms: f64,
+    pick: fn(&(u64, u64)) -> u64,
+) -> f64 {
+    new.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let before = old.and_then(|o| o.get(i)).map_or(0, pick);
+            (pick(t).saturating_sub(before) as f64 / ms).clamp(0.0, 1.0)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// The operators' rates of one vertex, head first, between two samples.
+fn operator_rates(
+    new: &VertexSample,
+    old: Option<&VertexSample>,
+    ms: f64,
+) -> Vec<(usize, OperatorRates)> {
+    let shares: Vec<(usize, (f64, f64))> = new
+        .operators
+        .iter()
+        .map(|(id, times)| {
+            let before = old.and_then(|o| {
+                o.operators
+                    .iter()
+                    .find(|(i, _)| i == id)
+                    .map(|(_, t)| t.as_slice())
+            });
+            let busy = share(times, before, ms, |t| t.0);
+            let backpressured = share(times, before, ms, |t| t.1);
+            (*id, (busy, backpressured))
+        })
+        .collect();
+    let chain: Vec<(f64, f64)> = shares.iter().map(|(_, s)| *s).collect();
+    let holder = holding_back(&chain);
+    shares
+        .into_iter()
+        .enumerate()
+        .map(|(i, (id, (busy, backpressured)))| {
+            let rates = OperatorRates {
+                busy_ratio: busy,
+                backpressure_ratio: backpressured,
+                holds_back_chain: holder == Some(i),
+            };
+            (id, rates)
+        })
+        .collect()
 }
 
 #[derive(Clone, Debug)]
@@ -151,6 +253,18 @@ impl RateWindow {
                         .iter()
                         .map(|s| (s.busy_ms, s.backpressured_ms))
                         .collect(),
+                    operators: v
+                        .operators
+                        .iter()
+                        .map(|o| {
+                            let times = o
+                                .subtasks
+                                .iter()
+                                .map(|s| (s.busy_ms, s.backpressured_ms))
+                                .collect();
+                            (o.id, times)
+                        })
+                        .collect(),
                     is_source: !targets.contains(v.id.as_str()),
                 };
                 (v.id.clone(), sample)
@@ -176,6 +290,7 @@ impl RateWindow {
         let dt = last.at.checked_sub(first.at).filter(|d| !d.is_zero())?;
         let secs = dt.as_secs_f64();
         let ms = secs * 1000.0;
+        let mut operators = BTreeMap::new();
         let vertices = last
             .vertices
             .iter()
@@ -187,16 +302,7 @@ impl RateWindow {
                 let records_in_per_second = per_second(new.records_in, old.map(|o| o.records_in));
                 let records_out_per_second =
                     per_second(new.records_out, old.map(|o| o.records_out));
-                let share = |pick: fn(&(u64, u64)) -> u64| {
-                    new.times
-                        .iter()
-                        .enumerate()
-                        .map(|(i, t)| {
-                            let before = old.and_then(|o| o.times.get(i)).map_or(0, pick);
-                            (pick(t).saturating_sub(before) as f64 / ms).clamp(0.0, 1.0)
-                        })
-                        .fold(0.0, f64::max)
-                };
+                let old_times = old.map(|o| o.times.as_slice());
                 let rates = VertexRates {
                     records_in_per_second,
                     records_out_per_second,
@@ -205,9 +311,10 @@ impl RateWindow {
                     } else {
                         records_in_per_second
                     },
-                    backpressure_ratio: share(|t| t.1),
-                    busy_ratio: share(|t| t.0),
+                    backpressure_ratio: share(&new.times, old_times, ms, |t| t.1),
+                    busy_ratio: share(&new.times, old_times, ms, |t| t.0),
                 };
+                operators.extend(operator_rates(new, old, ms));
                 (id.clone(), rates)
             })
             .collect();
@@ -215,6 +322,7 @@ impl RateWindow {
             sampled_at_ms: last.now_ms,
             window_ms: u64::try_from(dt.as_millis()).unwrap_or(u64::MAX),
             vertices,
+            operators,
         })
     }
 }
@@ -252,6 +360,68 @@ mod tests {
         assert_eq!(sink.busy_ratio, 0.25);
         assert_eq!(sink.level(), BackpressureLevel::High);
         assert_eq!(sink.level().colour(), "red");
+    }
+
+    #[test]
+    fn the_operator_a_chain_waits_on_is_named() {
+        let mut w = RateWindow::new(Duration::from_secs(2));
+        let mut s = status();
+        w.push(Duration::from_secs(10), &s);
+        // One second later: the input of the sink's chain waited 700 ms on `enrich "async"`
+        // (operator 2) on subtask 0: busy for it and the sink after it. In the source's
+        // chain, both operators were backpressured alike (the exchange was full).
+        s.now_ms += 1000;
+        for o in &mut s.vertices[1].operators {
+            o.subtasks[0].busy_ms += 700;
+        }
+        for o in &mut s.vertices[0].operators {
+            o.subtasks[1].backpressured_ms += 900;
+        }
+        w.push(Duration::from_secs(11), &s);
+        let r = w.rates().unwrap();
+        assert_eq!(r.operators.len(), 4);
+        assert!(r.operators.values().all(|o| !o.holds_back_chain));
+        assert_eq!(r.operators[&2].busy_ratio, 0.7);
+        assert_eq!(r.operators[&0].backpressure_ratio, 0.9);
+
+        // Now the source's chain: `numbers` (0) waits 600 ms on `parse` (1), which refuses
+        // more; parse is busy.
+        let mut w = RateWindow::new(Duration::from_secs(2));
+        w.push(Duration::from_secs(11), &s);
+        s.now_ms += 1000;
+        s.vertices[0].operators[0].subtasks[0].backpressured_ms += 600;
+        s.vertices[0].operators[1].subtasks[0].busy_ms += 600;
+        w.push(Duration::from_secs(12), &s);
+        let r = w.rates().unwrap();
+        let holders: Vec<usize> = r
+            .operators
+            .iter()
+            .filter(|(_, o)| o.holds_back_chain)
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(holders, [1], "{:?}", r.operators);
+    }
+
+    #[test]
+    fn holding_back_is_the_first_drop_of_backpressure() {
+        assert_eq!(holding_back(&[]), None);
+        assert_eq!(holding_back(&[(1.0, 0.0)]), None, "a lone operator");
+        assert_eq!(
+            holding_back(&[(0.5, 0.5), (0.5, 0.41)]),
+            None,
+            "below the bound"
+        );
+        assert_eq!(holding_back(&[(0.5, 0.5), (0.6, 0.4)]), Some(1));
+        assert_eq!(
+            holding_back(&[(0.0, 0.9), (0.4, 0.5), (1.0, 0.0)]),
+            Some(1),
+            "the first drop"
+        );
+        assert_eq!(
+            holding_back(&[(0.9, 0.0), (0.0, 0.9)]),
+            None,
+            "a rise is not a drop"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! | --- | --- | --- |
 //! | `/overview` | [`overview`] | how many jobs run, finished, were cancelled, failed |
 //! | `/jobs/overview` | [`jobs_overview`] | each job: id, name, state, times, task counts |
-//! | `/jobs/:jobid` | [`job`] | the job, its vertices with metrics, rates and backpressure, its plan (vertices and their inputs) |
+//! | `/jobs/:jobid` | [`job`] | the job, its vertices with metrics, rates and backpressure, their operators with busy and backpressured shares and the one that holds its chain back, its plan (vertices and their inputs) |
 //! | `/jobs/:jobid/vertices/:vertexid` | [`vertex`] | one vertex: per-subtask metrics, and per operator per subtask (gauges, counters, histograms) |
 //! | `/jobs/:jobid/checkpoints` | [`checkpoints`] | counts, summary, latest, history |
 //! | `/jobs/:jobid/exceptions` | [`exceptions`] | the root exception and the exception history |
@@ -124,6 +124,21 @@ fn vertex_metrics(v: &VertexStatus, rates: Option<&Rates>) -> (Value, Value) {
     (metrics, level)
 }
 
+/// An operator of a vertex with its busy and backpressured shares when known, and whether it
+/// holds the operators before it in its chain back (see [`crate::rates::holding_back`]).
+fn operator_summary(id: usize, name: &str, rates: Option<&Rates>) -> Value {
+    let r = rates.and_then(|r| r.operators.get(&id));
+    json!({
+        "id": id,
+        "name": name,
+        "metrics": {
+            "busy-ratio": r.map(|r| r.busy_ratio),
+            "backpressure-ratio": r.map(|r| r.backpressure_ratio),
+        },
+        "holds-back-chain": r.is_some_and(|r| r.holds_back_chain),
+    })
+}
+
 /// `/jobs/:jobid`: the job with its vertices (metrics, rates, backpressure level, operators)
 /// and its plan (each vertex with its inputs and their ship strategies).
 pub fn job(job: &JobStatus, rates: Option<&Rates>) -> Value {
@@ -135,7 +150,7 @@ pub fn job(job: &JobStatus, rates: Option<&Rates>) -> Value {
             let operators: Vec<Value> = v
                 .operators
                 .iter()
-                .map(|o| json!({ "id": o.id, "name": o.name }))
+                .map(|o| operator_summary(o.id, &o.name, rates))
                 .collect();
             json!({
                 "id": v.id,
@@ -415,6 +430,13 @@ mod tests {
         assert_eq!(before["rates"], Value::Null);
         s.vertices[0].subtasks[0].records_out += 2000;
         s.vertices[1].subtasks[1].backpressured_ms += 300;
+        // In the sink's chain, `enrich "async"` refused input 1 s of the 2 s: its input (the
+        // exchange) read backpressured, it and the sink after it busy.
+        s.vertices[1].operators[0].subtasks[0].busy_ms += 1000;
+        s.vertices[1].operators[1].subtasks[0].busy_ms += 1000;
+        s.vertices[0].operators[0].subtasks[0].backpressured_ms += 1000;
+        s.vertices[0].operators[0].subtasks[0].busy_ms += 1000;
+        s.vertices[0].operators[1].subtasks[0].busy_ms += 1000;
         s.now_ms += 2000;
         w.push(Duration::from_secs(3), &s);
         let j = job(&s, w.rates().as_ref());
@@ -433,6 +455,22 @@ mod tests {
         assert_eq!(v[0]["backpressure-level"], "ok");
         assert_eq!(v[1]["metrics"]["backpressure-ratio"], 0.15);
         assert_eq!(v[1]["backpressure-level"], "low");
+        let numbers = &v[0]["operators"][0];
+        assert_eq!(numbers["metrics"]["backpressure-ratio"], 0.5);
+        assert_eq!(numbers["holds-back-chain"], false);
+        let parse = &v[0]["operators"][1];
+        assert_eq!(parse["metrics"]["busy-ratio"], 0.5);
+        assert_eq!(parse["metrics"]["backpressure-ratio"], 0.0);
+        assert_eq!(parse["holds-back-chain"], true, "numbers waits on parse");
+        assert_eq!(v[1]["operators"][0]["holds-back-chain"], false);
+        assert_eq!(
+            before["vertices"][0]["operators"][1]["holds-back-chain"],
+            false
+        );
+        assert_eq!(
+            before["vertices"][0]["operators"][1]["metrics"]["busy-ratio"],
+            Value::Null
+        );
         let plan = &j["plan"]["nodes"];
         assert_eq!(plan[0]["inputs"].as_array().unwrap().len(), 0);
         assert_eq!(plan[1]["inputs"][0]["id"], "source");

@@ -1,5 +1,6 @@
 //! Headless Chromium loads the dashboard while a job runs: the rendered graph shows every
-//! operator of the job, and the records/s figures move between two loads.
+//! operator of the job, and the records/s figures move between two loads; in a chain held back
+//! by an async operator with every request slot taken, that operator is the one marked.
 //!
 //! Needs Debian's `chromium`: `.ci/chromium` installs it and exports `SLUICE_CHROMIUM`. Without
 //! it the test skips, saying so; under CI it fails.
@@ -7,6 +8,8 @@
 mod common;
 
 use common::{OPERATORS, ci_env, records_out, running_job, wait_for, wait_for_json};
+use sluice_async_io::{AsyncWait, async_fn};
+use sluice_runtime::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -192,6 +195,71 @@ async fn headless_chromium_shows_every_operator_and_moving_rates() {
         first.rates, second.rates,
         "the records/s figures move between two loads"
     );
+    job.cancel();
+    let _ = job.await;
+    ui.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_operator_holding_its_chain_back_is_marked() {
+    let Some(chromium) = ci_env("SLUICE_CHROMIUM", "source .ci/chromium") else {
+        return;
+    };
+    // A source chained to a lookup of two request slots, each request 2 ms: the source could
+    // emit far more, so the chain waits on the lookup nearly all the time.
+    let env = StreamEnvironment::new();
+    let numbers = env.from_generator(Generator::new(|i| i)).name("numbers");
+    AsyncWait::new(async_fn(|x: u64| async move {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        Ok(Some(x))
+    }))
+    .timeout(Duration::from_secs(10))
+    .capacity(2)
+    .name("lookup")
+    .apply(&numbers)
+    .unwrap()
+    .discard();
+    let job = env.submit("held-back").unwrap();
+    let observer = job.observer();
+    let ui = sluice_web::WebUi::new()
+        .job(observer.clone())
+        .sample_interval(Duration::from_millis(200))
+        .rate_window(Duration::from_secs(1))
+        .serve_dashboard("127.0.0.1:0")
+        .await
+        .unwrap();
+    let path = format!("/jobs/{}", observer.job_id());
+    let json = wait_for_json(ui.local_addr(), &path, "the lookup marked", |job| {
+        job["vertices"][0]["operators"][1]["holds-back-chain"] == true
+    })
+    .await;
+    let operators = &json["vertices"][0]["operators"];
+    assert_eq!(operators.as_array().unwrap().len(), 3, "one chain: {json}");
+    assert_eq!(operators[1]["name"], "lookup");
+    let source_bp = operators[0]["metrics"]["backpressure-ratio"]
+        .as_f64()
+        .unwrap();
+    let lookup_bp = operators[1]["metrics"]["backpressure-ratio"]
+        .as_f64()
+        .unwrap();
+    assert!(source_bp > lookup_bp, "{operators}");
+
+    let dom = dump_dom(&chromium, &ui.url()).await;
+    let drawn: BTreeMap<String, BTreeMap<String, String>> = tags_with(&dom, "data-operator")
+        .into_iter()
+        .map(|o| (o["data-operator"].clone(), o))
+        .collect();
+    let holders: Vec<&str> = drawn
+        .iter()
+        .filter(|(_, o)| o["data-holds-back-chain"] == "true")
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(holders, ["lookup"], "{drawn:?}");
+    for (name, o) in &drawn {
+        let busy: f64 = o["data-busy-ratio"].parse().unwrap();
+        assert!((0.0..=1.0).contains(&busy), "{name}: {o:?}");
+    }
+    assert!(drawn["lookup"]["title"].contains("holds its chain back"));
     job.cancel();
     let _ = job.await;
     ui.shutdown().await;

@@ -102,6 +102,27 @@ function placeRows(pos) {
   return top - ROW_GAP + PAD;
 }
 
+// An operator of a chain: its busy and backpressured shares, and a mark on the one its chain
+// waits on (an async operator with every request slot taken), which reads busy while what feeds
+// it reads backpressured.
+function operatorItem(o, known) {
+  const m = o.metrics || {};
+  const busy = m["busy-ratio"], bp = m["backpressure-ratio"];
+  const holds = o["holds-back-chain"] === true;
+  const shares = "busy " + (known(busy) ? Math.round(busy * 100) + " %" : "–") +
+    " · backpressured " + (known(bp) ? Math.round(bp * 100) + " %" : "–");
+  const item = el("li", {
+    "data-operator": o.name,
+    "data-busy-ratio": known(busy) ? busy.toFixed(3) : "",
+    "data-backpressure-ratio": known(bp) ? bp.toFixed(3) : "",
+    "data-holds-back-chain": holds ? "true" : "false",
+    class: holds ? "holds-back" : "",
+    title: o.name + ": " + shares + (holds ? " · holds its chain back" : ""),
+  }, o.name);
+  if (holds) item.append(el("span", { class: "holder" }, " · busy " + Math.round(busy * 100) + " %, holds the chain back"));
+  return item;
+}
+
 function vertexBox(v, p) {
   const m = v.metrics;
   const level = v["backpressure-level"] || "ok";
@@ -110,7 +131,7 @@ function vertexBox(v, p) {
   const busy = m["busy-ratio"];
   const known = x => x !== null && x !== undefined;
   const ops = el("ul", { class: "ops" });
-  for (const o of v.operators) ops.append(el("li", { "data-operator": o.name, title: o.name }, o.name));
+  for (const o of v.operators) ops.append(operatorItem(o, known));
   return el("div", {
     class: "vertex bp-" + level,
     "data-vertex": v.id,
