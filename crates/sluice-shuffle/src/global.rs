@@ -1,5 +1,6 @@
 //! What the coordinator aggregates ([`CompletedStatistics`]) and what it sends to the subtasks
-//! ([`GlobalStatistics`]), and how one becomes the other for a downstream parallelism.
+//! ([`GlobalStatistics`]), how one becomes the other for a downstream parallelism, and the rule
+//! for keys that advance ([`CompletedStatistics::advanced_from`]).
 
 use crate::assignment::{AssignmentError, MapAssignment};
 use crate::bounds::range_bounds;
@@ -20,6 +21,11 @@ pub struct CompletedStatistics<K> {
     pub data: CompletedData<K>,
 }
 
+/// Least share of a checkpoint's statistics (weight for Map, samples for Sketch) above the
+/// previous statistics' highest key that makes [`CompletedStatistics::advanced_from`] keep only
+/// that part.
+pub const ADVANCE_MIN_SHARE: f64 = 0.02;
+
 /// Exact counts per key, or the merged sample.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum CompletedData<K> {
@@ -27,6 +33,83 @@ pub enum CompletedData<K> {
     Map(Vec<(K, u64)>),
     /// The merged sample of keys.
     Sketch(Vec<K>),
+}
+
+impl<K: Ord + Clone> CompletedStatistics<K> {
+    /// The highest key counted or sampled.
+    pub fn highest(&self) -> Option<&K> {
+        match &self.data {
+            CompletedData::Map(m) => m.iter().map(|(k, _)| k).max(),
+            CompletedData::Sketch(s) => s.iter().max(),
+        }
+    }
+
+    /// These statistics as they describe the traffic to come when keys advance past
+    /// `previous` (the statistics completed before): only the part above `previous`'s highest
+    /// key, if it holds at least [`ADVANCE_MIN_SHARE`] of the weight (Map) or samples (Sketch)
+    /// and at least `downstream` keys or samples; otherwise unchanged.
+    ///
+    /// Statistics route records two checkpoints later. When keys lead with a time bucket, the
+    /// checkpoint in which a new bucket begins holds both buckets, but what follows is all new:
+    /// bounds (or an assignment) over both would give the new bucket only the ranges above the
+    /// old one, a share of the subtasks. Kept, the old bucket's keys are below the statistics:
+    /// a Sketch router spreads them by hash, a Map router round robin. With keys that do not
+    /// advance, hardly anything lies above the previous highest key, and nothing changes.
+    ///
+    /// ```
+    /// use sluice_shuffle::{CompletedData, CompletedStatistics};
+    /// let stats = |checkpoint, samples: Vec<(u32, u32)>| CompletedStatistics {
+    ///     checkpoint,
+    ///     downstream_parallelism: 2,
+    ///     data: CompletedData::Sketch(samples),
+    /// };
+    /// // Hour 7, then a checkpoint in which hour 8 begins: only hour 8 is kept.
+    /// let before = stats(1, (0..100).map(|u| (7, u)).collect());
+    /// let mixed = stats(2, (0..100).map(|u| (7 + u % 2, u)).collect());
+    /// let kept = mixed.advanced_from(Some(&before), 2);
+    /// let CompletedData::Sketch(samples) = &kept.data else { unreachable!() };
+    /// assert!(samples.iter().all(|(hour, _)| *hour == 8));
+    /// // The same hour again: unchanged.
+    /// let again = stats(3, (0..100).map(|u| (7, u)).collect());
+    /// assert_eq!(again.clone().advanced_from(Some(&before), 2), again);
+    /// ```
+    pub fn advanced_from(
+        self,
+        previous: Option<&CompletedStatistics<K>>,
+        downstream: usize,
+    ) -> Self {
+        let Some(high) = previous.and_then(|p| p.highest()).cloned() else {
+            return self;
+        };
+        let data = match self.data {
+            CompletedData::Map(counts) => {
+                let total: u64 = counts.iter().map(|(_, c)| *c).sum();
+                let above: Vec<(K, u64)> =
+                    counts.iter().filter(|(k, _)| *k > high).cloned().collect();
+                let weight: u64 = above.iter().map(|(_, c)| *c).sum();
+                if above.len() >= downstream
+                    && weight < total
+                    && weight as f64 >= ADVANCE_MIN_SHARE * total as f64
+                {
+                    CompletedData::Map(above)
+                } else {
+                    CompletedData::Map(counts)
+                }
+            }
+            CompletedData::Sketch(samples) => {
+                let above: Vec<K> = samples.iter().filter(|k| **k > high).cloned().collect();
+                if above.len() >= downstream
+                    && above.len() < samples.len()
+                    && above.len() as f64 >= ADVANCE_MIN_SHARE * samples.len() as f64
+                {
+                    CompletedData::Sketch(above)
+                } else {
+                    CompletedData::Sketch(samples)
+                }
+            }
+        };
+        CompletedStatistics { data, ..self }
+    }
 }
 
 impl<K> CompletedStatistics<K> {
@@ -65,6 +148,11 @@ pub struct GlobalStatistics<K> {
     pub downstream_parallelism: usize,
     /// The assignment or the bounds.
     pub routing: Routing<K>,
+    /// Sketch: the lowest and the highest key sampled. A key outside them is one the
+    /// statistics know nothing of (a time bucket newer than the sample's, as keys that lead
+    /// with an hour bring at every hour): the router spreads such keys by hash instead of
+    /// sending them all to the first or the last range.
+    pub sampled: Option<(K, K)>,
 }
 
 /// A key assignment or range bounds.
@@ -84,21 +172,28 @@ impl<K: ShuffleKey> GlobalStatistics<K> {
         downstream_parallelism: usize,
         base_weight_percent: f64,
     ) -> Result<Self, AssignmentError> {
-        let routing = match &completed.data {
-            CompletedData::Map(counts) => Routing::Map(MapAssignment::from_key_frequency(
-                downstream_parallelism,
-                counts.iter().cloned(),
-                base_weight_percent,
-            )?),
+        let (routing, sampled) = match &completed.data {
+            CompletedData::Map(counts) => {
+                let assignment = MapAssignment::from_key_frequency(
+                    downstream_parallelism,
+                    counts.iter().cloned(),
+                    base_weight_percent,
+                )?;
+                (Routing::Map(assignment), None)
+            }
             CompletedData::Sketch(samples) => {
                 let mut samples = samples.clone();
-                Routing::Sketch(range_bounds(downstream_parallelism, &mut samples))
+                let bounds = range_bounds(downstream_parallelism, &mut samples);
+                // range_bounds sorted the samples.
+                let sampled = samples.first().cloned().zip(samples.last().cloned());
+                (Routing::Sketch(bounds), sampled)
             }
         };
         Ok(GlobalStatistics {
             checkpoint: completed.checkpoint,
             downstream_parallelism,
             routing,
+            sampled,
         })
     }
 
@@ -174,6 +269,32 @@ mod tests {
     }
 
     #[test]
+    fn advancing_map_statistics_keep_the_new_bucket_only() {
+        let map = |checkpoint, counts: Vec<((u32, u32), u64)>| CompletedStatistics {
+            checkpoint,
+            downstream_parallelism: 2,
+            data: CompletedData::Map(counts),
+        };
+        let before = map(1, (0..50).map(|u| ((3, u), 10)).collect());
+        let mixed = map(2, (0..50).map(|u| ((3 + u % 2, u), 10)).collect());
+        let kept = mixed.advanced_from(Some(&before), 2);
+        let CompletedData::Map(counts) = &kept.data else {
+            panic!("expected a map")
+        };
+        assert_eq!(counts.len(), 25);
+        assert!(counts.iter().all(|((bucket, _), _)| *bucket == 4));
+        // Too little above the previous highest key (2 of 102 by weight): unchanged.
+        let mut few: Vec<((u32, u32), u64)> = (0..50).map(|u| ((3, u), 2)).collect();
+        few.extend([((4, 0), 1), ((4, 1), 1)]);
+        let few = map(3, few);
+        assert_eq!(few.clone().advanced_from(Some(&before), 2), few);
+        // Fewer keys above than subtasks: unchanged; nothing before: unchanged.
+        let one = map(4, vec![((3, 0), 1), ((9, 9), 50)]);
+        assert_eq!(one.clone().advanced_from(Some(&before), 2), one);
+        assert_eq!(one.clone().advanced_from(None, 2), one);
+    }
+
+    #[test]
     fn sketch_statistics_become_bounds() {
         let c = CompletedStatistics {
             checkpoint: 9,
@@ -183,5 +304,8 @@ mod tests {
         let g = GlobalStatistics::compute(&c, 3, 50.0).unwrap();
         assert_eq!(g.routing, Routing::Sketch(vec![9, 19]));
         assert_eq!(g.computed_for(), 3);
+        assert_eq!(g.sampled, Some((0, 29)), "the lowest and highest sample");
+        let map = GlobalStatistics::compute(&completed_map(), 2, 0.0).unwrap();
+        assert_eq!(map.sampled, None);
     }
 }

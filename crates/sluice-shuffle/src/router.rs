@@ -4,7 +4,8 @@
 //! - Map: a hash lookup of the key. A key on one subtask goes there; a key split over several
 //!   goes to each in proportion to its routing weight; a key the statistics do not know goes
 //!   round robin.
-//! - Sketch: a binary search of the bounds.
+//! - Sketch: a binary search of the bounds, for a key within the lowest and highest key
+//!   sampled; a key outside them is spread by a hash of the key.
 //!
 //! In both cases a subtask computed for more subtasks than there are now is folded with `%`
 //! ([`adjust_for_rescale`]).
@@ -14,6 +15,16 @@
 //! point per producer subtask): each share gets its proportion of the key's records within one
 //! record over any stretch, not only on average, so a subtask holding part of a heavy key
 //! receives no random excess. `sluice-bench shuffle-skew` measures the difference.
+//!
+//! Where sluice differs, Sketch: Iceberg sends a key above the highest bound to the last range
+//! and one below the lowest to the first, whatever the samples held. When keys lead with a time
+//! bucket (`hour(ts), user`, as most Iceberg tables are partitioned), every new bucket is above
+//! all the samples of the statistics routed by (they are two checkpoints old), so the whole
+//! bucket's traffic goes to the last writer until statistics of it arrive; and when a reader
+//! catches up (a burst of buffered windows, a backfill), that can be most of the traffic. sluice
+//! spreads the keys outside the sampled range by a hash of the key, so each such key still goes
+//! to one subtask and the traffic stays balanced; keys within it route by the bounds as in
+//! Iceberg. `sluice-bench shuffle-skew` measures this on advancing keys.
 
 use crate::bounds::{adjust_for_rescale, partition, ranges_of};
 use crate::global::{GlobalStatistics, Routing};
@@ -39,7 +50,30 @@ enum Table<K> {
         bounds: Vec<K>,
         /// The bounds bucketed by key prefix, when the key type has one.
         index: Option<SketchIndex>,
+        /// The lowest and highest key sampled: keys outside go by hash.
+        sampled: Option<(K, K)>,
     },
+}
+
+/// Whether `key` lies outside the sampled range `sampled`.
+#[inline(always)]
+fn outside<K: Ord>(sampled: &Option<(K, K)>, key: &K) -> bool {
+    match sampled {
+        Some((low, high)) => key < low || key > high,
+        None => false,
+    }
+}
+
+/// The subtask among `num_partitions` of a key outside the sampled range: by a hash of the key
+/// (the same on every producer subtask, so the key goes to one subtask), counted in `unknown`.
+#[cold]
+#[inline(never)]
+fn spread<K: std::hash::Hash>(key: &K, unknown: &mut u64, num_partitions: usize) -> usize {
+    use std::hash::Hasher;
+    *unknown += 1;
+    let mut h = rustc_hash::FxHasher::default();
+    key.hash(&mut h);
+    (mix(h.finish()) % num_partitions.max(1) as u64) as usize
 }
 
 /// Global statistics compiled for routing (a hash table of keys, or the bounds), shared by the
@@ -76,6 +110,7 @@ impl<K: ShuffleKey> RouteTable<K> {
             Routing::Sketch(bounds) => Table::Sketch {
                 bounds: bounds.clone(),
                 index: SketchIndex::new(bounds),
+                sampled: statistics.sampled.clone(),
             },
         };
         RouteTable {
@@ -116,7 +151,8 @@ impl<K> RangeRouter<K> {
         &self.table
     }
 
-    /// How many keys the (Map) statistics did not know so far; they went round robin.
+    /// How many keys the statistics did not know so far: Map, keys not assigned (they went
+    /// round robin); Sketch, keys outside the sampled range (they went by hash).
     pub fn unknown_keys(&self) -> u64 {
         self.unknown
     }
@@ -170,7 +206,15 @@ impl<K: ShuffleKey> RangeRouter<K> {
     pub fn route(&mut self, key: &K, num_partitions: usize) -> usize {
         let computed_for = self.table.computed_for;
         match &self.table.table {
-            Table::Sketch { bounds, .. } => partition(key, bounds, num_partitions),
+            Table::Sketch {
+                bounds, sampled, ..
+            } => {
+                if outside(sampled, key) {
+                    spread(key, &mut self.unknown, num_partitions)
+                } else {
+                    partition(key, bounds, num_partitions)
+                }
+            }
             Table::Map { choices, .. } => {
                 let subtask = match &mut self.keys {
                     Some(keys) => map_target(
@@ -223,19 +267,28 @@ impl<K: ShuffleKey> RangeRouter<K> {
             Table::Sketch {
                 bounds,
                 index: Some(index),
+                sampled,
             } => {
                 let computed_for = bounds.len() + 1;
                 let (bounds, index) = (&bounds[..], index.view());
+                let unknown = &mut self.unknown;
                 let start = out.len();
+                let key = &key;
                 out.extend(records.iter().map(move |r| {
                     let k = key(r);
+                    if outside(sampled, &k) {
+                        // Marked, and replaced by the hash's subtask below.
+                        return usize::MAX;
+                    }
                     match order_prefix(&k) {
                         Some(p) => index.range(bounds, &k, p),
                         None => partition(&k, bounds, computed_for),
                     }
                 }));
-                if computed_for > num_partitions {
-                    for s in &mut out[start..] {
+                for (s, r) in out[start..].iter_mut().zip(records) {
+                    if *s == usize::MAX {
+                        *s = spread(&key(r), unknown, num_partitions);
+                    } else if computed_for > num_partitions {
                         *s = adjust_for_rescale(*s, computed_for, num_partitions);
                     }
                 }
@@ -243,19 +296,28 @@ impl<K: ShuffleKey> RangeRouter<K> {
             Table::Sketch {
                 bounds,
                 index: None,
+                sampled,
             } => {
                 let chunks = records.chunks_exact(LANES);
                 let rest = chunks.remainder();
                 for chunk in chunks {
                     let keys: [K; LANES] = std::array::from_fn(|j| key(&chunk[j]));
-                    for range in ranges_of(bounds, &keys) {
-                        out.push(adjust_for_rescale(range, bounds.len() + 1, num_partitions));
+                    for (range, k) in ranges_of(bounds, &keys).into_iter().zip(&keys) {
+                        out.push(if outside(sampled, k) {
+                            spread(k, &mut self.unknown, num_partitions)
+                        } else {
+                            adjust_for_rescale(range, bounds.len() + 1, num_partitions)
+                        });
                     }
                 }
-                out.extend(
-                    rest.iter()
-                        .map(|r| partition(&key(r), bounds, num_partitions)),
-                );
+                for r in rest {
+                    let k = key(r);
+                    out.push(if outside(sampled, &k) {
+                        spread(&k, &mut self.unknown, num_partitions)
+                    } else {
+                        partition(&k, bounds, num_partitions)
+                    });
+                }
             }
             Table::Map { choices, .. } => {
                 // Everything the closure reads, by value or as a plain reference, so that the
@@ -374,6 +436,53 @@ mod tests {
             RangeRouter::new(table.clone(), 3).route_batch(&keys, |k| *k, n, &mut got);
             assert_eq!(got, expected, "{n} subtasks");
         }
+    }
+
+    #[test]
+    fn keys_outside_the_samples_route_alike_one_by_one_and_in_batches() {
+        // u64 keys have an order prefix (the indexed path), tuples of u64 and String do not.
+        let c = CompletedStatistics {
+            checkpoint: 1,
+            downstream_parallelism: 4,
+            data: CompletedData::Sketch((100..500u64).collect()),
+        };
+        let table = Arc::new(RouteTable::new(
+            &GlobalStatistics::compute(&c, 4, 0.0).unwrap(),
+        ));
+        let keys: Vec<u64> = (0..2_000u64).map(|i| i * 7 % 900).collect();
+        for n in [4, 3, 6] {
+            let mut one = RangeRouter::new(table.clone(), 5);
+            let expected: Vec<usize> = keys.iter().map(|k| one.route(k, n)).collect();
+            let mut batch = RangeRouter::new(table.clone(), 5);
+            let mut got = Vec::new();
+            batch.route_batch(&keys, |k| *k, n, &mut got);
+            assert_eq!(got, expected, "{n} subtasks");
+            assert_eq!(batch.unknown_keys(), one.unknown_keys());
+            assert!(got.iter().all(|s| *s < n));
+        }
+        let outside = keys.iter().filter(|k| !(100..500).contains(*k)).count() as u64;
+        let mut r = RangeRouter::new(table.clone(), 5);
+        keys.iter().for_each(|k| {
+            r.route(k, 4);
+        });
+        assert_eq!(r.unknown_keys(), outside);
+
+        let c = CompletedStatistics {
+            checkpoint: 1,
+            downstream_parallelism: 3,
+            data: CompletedData::Sketch((0..90u64).map(|i| (i / 30, i.to_string())).collect()),
+        };
+        let table = Arc::new(RouteTable::new(
+            &GlobalStatistics::compute(&c, 3, 0.0).unwrap(),
+        ));
+        let keys: Vec<(u64, String)> = (0..1_001u64)
+            .map(|i| (i % 5, (i % 40).to_string()))
+            .collect();
+        let mut one = RangeRouter::new(table.clone(), 2);
+        let expected: Vec<usize> = keys.iter().map(|k| one.route(k, 3)).collect();
+        let mut got = Vec::new();
+        RangeRouter::new(table, 2).route_batch(&keys, |k| k.clone(), 3, &mut got);
+        assert_eq!(got, expected);
     }
 
     #[test]

@@ -15,6 +15,11 @@
 //! - the checkpoint holds the completed statistics (empty bytes when there are none); a restore
 //!   recomputes the global statistics from them.
 //!
+//! Where sluice differs: when a completed aggregation holds a part above the previous one's
+//! highest key large enough to matter (keys that lead with a time bucket moved on to a new
+//! one), only that part is kept ([`CompletedStatistics::advanced_from`]), since the traffic the
+//! statistics will route is the new bucket's.
+//!
 //! The base, not this module, registers and forgets gateways, drops events of attempts that are
 //! no longer ready, runs everything on the coordinator thread and fails the job when a callback
 //! fails.
@@ -143,6 +148,8 @@ impl<K: ShuffleKey> CoordinatorLogic for ShuffleCoordinator<K> {
                     }
                     Update::Complete(completed) => {
                         let downstream = completed.downstream_parallelism;
+                        let completed =
+                            completed.advanced_from(self.completed.as_ref(), downstream);
                         self.completed = Some(completed);
                         self.recompute(downstream, ReportCause::Aggregated)?;
                         if let Some((g, _)) = &self.global {

@@ -124,11 +124,37 @@ fn sketch_bounds_route_by_binary_search() {
     cells
         .cell(0, 0)
         .publish(table(CompletedData::Sketch((0..400).collect()), 4));
-    let got: Vec<usize> = [0u32, 99, 100, 250, 399, 1_000]
+    let got: Vec<usize> = [0u32, 99, 100, 250, 399]
         .iter()
         .map(|k| p.partition(k, 4))
         .collect();
-    assert_eq!(got, vec![0, 0, 1, 2, 3, 3]);
+    assert_eq!(got, vec![0, 0, 1, 2, 3]);
+}
+
+#[test]
+fn sketch_keys_outside_the_samples_are_spread_by_hash() {
+    let cells = Arc::new(RouteCells::default());
+    let mut p = opened(&cells, 0, 4, 1);
+    // 1000..1400 sampled; then the keys move on to 5000.. (a newer time bucket): Iceberg's
+    // rule sends them all to the last range, sluice spreads them by hash, each key to one
+    // subtask.
+    cells
+        .cell(0, 0)
+        .publish(table(CompletedData::Sketch((1_000..1_400).collect()), 4));
+    let mut counts = [0u64; 4];
+    for k in 5_000u32..9_000 {
+        let s = p.partition(&k, 4);
+        assert_eq!(p.partition(&k, 4), s, "a key keeps its subtask");
+        counts[s] += 1;
+    }
+    for c in counts {
+        assert!((900..=1_100).contains(&c), "{counts:?}");
+    }
+    // Below the lowest sample, too; within the samples, the bounds.
+    let low: std::collections::BTreeSet<usize> = (0..400u32).map(|k| p.partition(&k, 4)).collect();
+    assert_eq!(low.len(), 4, "{low:?}");
+    assert_eq!(p.partition(&1_000, 4), 0);
+    assert_eq!(p.partition(&1_399, 4), 3);
 }
 
 #[test]

@@ -73,6 +73,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     for n in [8, 32] {
         sketch_case(&mut report, n, runs, records)?;
     }
+    let advancing_runs = args.runs.unwrap_or(if args.common.quick { 3 } else { 20 });
+    let advancing_records = args.records.map_or(4_000_000, |r| r.max(400_000));
+    for users in [Users::Ids, Users::Zipf] {
+        for n in [2, 8] {
+            advancing_case(&mut report, n, users, advancing_runs, advancing_records)?;
+        }
+    }
     report.finish()
 }
 
@@ -246,4 +253,205 @@ fn sketch_case(report: &mut Report, n: usize, runs: u64, records: u64) -> anyhow
         &hash,
         ("iceberg_reservoir_size_pct", &iceberg),
     )
+}
+
+/// How the users of the advancing cases are drawn within a time bucket.
+#[derive(Clone, Copy)]
+enum Users {
+    /// Fresh random 64-bit ids (high cardinality: Sketch from the first checkpoint on).
+    Ids,
+    /// The main example's users: Zipf over 100,000 users with exponent 1.1, ids scrambled so
+    /// that popularity does not follow the key order.
+    Zipf,
+}
+
+/// The shape of an advancing run: records, records per checkpoint interval, records per time
+/// bucket.
+struct Advancing {
+    records: u64,
+    interval: u64,
+    bucket: u64,
+}
+
+/// Which subtask each rule picks, over a whole advancing run.
+struct AdvancingCounts {
+    sluice: Vec<u64>,
+    iceberg: Vec<u64>,
+    hash: Vec<u64>,
+    /// The first checkpoint whose global statistics were a Sketch.
+    switched_at: Option<u64>,
+}
+
+/// One advancing run: `OPERATORS` shuffle subtasks see the stream in turn, each with Auto
+/// statistics (Map, switching to Sketch as the operator does); at every barrier the statistics
+/// received since the last one are applied (as the operator applies a broadcast), then each
+/// subtask's local statistics go to the tracker, whose completed aggregation becomes the global
+/// statistics applied at the next barrier: records are routed by statistics two intervals old,
+/// as in Iceberg. Keys are (time bucket, user).
+fn advancing_run(
+    n: usize,
+    users: Users,
+    shape: &Advancing,
+    seed: u64,
+) -> anyhow::Result<AdvancingCounts> {
+    use sluice::shuffle::sizing::{
+        COORDINATOR_SKETCH_SWITCH_THRESHOLD, OPERATOR_SKETCH_SWITCH_THRESHOLD,
+    };
+    type Key = (u64, u64);
+    let sizing = ReservoirSizing::Iceberg;
+    let settings = TrackerSettings {
+        parallelism: OPERATORS,
+        statistics_type: StatisticsType::Auto,
+        switch_threshold: COORDINATOR_SKETCH_SWITCH_THRESHOLD,
+        sizing,
+    };
+    let mut tracker = StatisticsTracker::<Key>::new(settings, None).with_seed(seed);
+    let reservoir = sizing.operator(OPERATORS, n);
+    let fresh = |kind: StatisticsType, op: usize, cp: u64| match kind {
+        StatisticsType::Sketch => LocalStatistics::Sketch(Reservoir::with_seed(
+            reservoir,
+            seed ^ (cp << 8) ^ op as u64,
+        )),
+        _ => LocalStatistics::new(StatisticsType::Map, 0),
+    };
+    let mut locals: Vec<LocalStatistics<Key>> = (0..OPERATORS)
+        .map(|op| fresh(StatisticsType::Map, op, 0))
+        .collect();
+    let zipf = rand_distr::Zipf::new(100_000.0, 1.1)?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let scramble = |u: u64| u.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
+    // Per rule (sluice, Iceberg): the statistics routed by, those received and applied at the
+    // next barrier, and one router per producer subtask.
+    let mut routed: [Option<GlobalStatistics<Key>>; 2] = [None, None];
+    let mut received: [Option<GlobalStatistics<Key>>; 2] = [None, None];
+    let mut routers: [Vec<Option<RangeRouter<Key>>>; 2] = [
+        (0..OPERATORS).map(|_| None).collect(),
+        (0..OPERATORS).map(|_| None).collect(),
+    ];
+    let mut previous: Option<CompletedStatistics<Key>> = None;
+    let mut rr = [0usize; OPERATORS];
+    let mut counts = AdvancingCounts {
+        sluice: vec![0; n],
+        iceberg: vec![0; n],
+        hash: vec![0; n],
+        switched_at: None,
+    };
+    let mut checkpoint = 0u64;
+    for i in 0..shape.records {
+        let user = match users {
+            Users::Ids => rng.random::<u64>(),
+            Users::Zipf => scramble(rand_distr::Distribution::sample(&zipf, &mut rng) as u64),
+        };
+        let key: Key = (i / shape.bucket, user);
+        let op = (i % OPERATORS as u64) as usize;
+        locals[op].add(key);
+        let global_sketch = routed[0]
+            .as_ref()
+            .is_some_and(|g| g.kind() == StatisticsType::Sketch);
+        if locals[op].kind() == StatisticsType::Map
+            && (locals[op].len() > OPERATOR_SKETCH_SWITCH_THRESHOLD || global_sketch)
+        {
+            let map = std::mem::replace(&mut locals[op], fresh(StatisticsType::Map, op, 0));
+            locals[op] = LocalStatistics::Sketch(map.into_sketch(reservoir));
+        }
+        let mut pick = |rule: usize| match (&routed[rule], &mut routers[rule][op]) {
+            (Some(g), Some(router)) => match (&g.routing, rule) {
+                // Iceberg's rule for Sketch: the bounds alone.
+                (Routing::Sketch(bounds), 1) => sluice::shuffle::bounds::partition(&key, bounds, n),
+                _ => router.route(&key, n),
+            },
+            _ => {
+                // No statistics yet: round robin.
+                rr[op] += 1;
+                rr[op] % n
+            }
+        };
+        let s = pick(0);
+        let b = pick(1);
+        counts.sluice[s] += 1;
+        counts.iceberg[b] += 1;
+        counts.hash[hash_subtask(&key, n)] += 1;
+        if (i + 1) % shape.interval == 0 {
+            checkpoint += 1;
+            for rule in 0..2 {
+                if let Some(g) = received[rule].take() {
+                    let table = Arc::new(RouteTable::new(&g));
+                    for (op, router) in routers[rule].iter_mut().enumerate() {
+                        *router = Some(RangeRouter::new(table.clone(), seed ^ op as u64));
+                    }
+                    if rule == 0
+                        && g.kind() == StatisticsType::Sketch
+                        && counts.switched_at.is_none()
+                    {
+                        counts.switched_at = Some(g.checkpoint);
+                    }
+                    routed[rule] = Some(g);
+                }
+            }
+            for (op, local) in locals.iter_mut().enumerate() {
+                let kind = local.kind();
+                let statistics = std::mem::replace(local, fresh(kind, op, checkpoint));
+                if let Update::Complete(c) = tracker.update(op, checkpoint, n, statistics)
+                    && !c.is_empty()
+                {
+                    received[1] = Some(GlobalStatistics::compute(&c, n, 0.0)?);
+                    // As the coordinator keeps them.
+                    let kept = c.advanced_from(previous.as_ref(), n);
+                    received[0] = Some(GlobalStatistics::compute(&kept, n, 0.0)?);
+                    previous = Some(kept);
+                }
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// Advancing keys: (time bucket, user), the bucket moving on every `shape.bucket` records
+/// (10.5 checkpoint intervals, so that a bucket begins mid-interval), over a run that crosses the Map-to-Sketch switch and many
+/// buckets. Beside sluice: Iceberg's rule on the same statistics (a key beyond the bounds goes
+/// to the first or last range) and hash partitioning.
+fn advancing_case(
+    report: &mut Report,
+    n: usize,
+    users: Users,
+    runs: u64,
+    records: u64,
+) -> anyhow::Result<()> {
+    let shape = Advancing {
+        records,
+        interval: records / 80,
+        bucket: records / 8 + records / 160,
+    };
+    let name = match users {
+        Users::Ids => format!("advancing-ids-p{n}"),
+        Users::Zipf => format!("advancing-zipf-users-p{n}"),
+    };
+    report.progress(&format!(
+        "{name}: {runs} runs of {records} records, keys (bucket, user), a checkpoint every {} \
+         records, a new bucket every {} records",
+        shape.interval, shape.bucket
+    ));
+    let (mut sluice, mut iceberg, mut hash, mut switched) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for seed in 0..runs {
+        let c = advancing_run(n, users, &shape, seed)?;
+        sluice.push(skew(&c.sluice));
+        iceberg.push(skew(&c.iceberg));
+        hash.push(skew(&c.hash));
+        switched.push(c.switched_at.unwrap_or(0) as f64);
+    }
+    let case = Case {
+        name,
+        n,
+        records,
+        reported: iceberg_reported(true, n.max(8)),
+    };
+    let never = switched.iter().filter(|s| **s == 0.0).count();
+    let switched: Vec<f64> = switched.into_iter().filter(|s| *s > 0.0).collect();
+    report.progress(&format!(
+        "  Sketch statistics from checkpoint {:.1} of 80 on (mean over runs that switched; {never} \
+         of {runs} stayed Map)",
+        mean(&switched)
+    ));
+    rows(report, case, &sluice, &hash, ("iceberg_rule_pct", &iceberg))
 }
