@@ -329,7 +329,8 @@ fn advancing_run(
         (0..OPERATORS).map(|_| None).collect(),
     ];
     let mut previous: Option<CompletedStatistics<Key>> = None;
-    let mut rr = [0usize; OPERATORS];
+    // Round robin before the first statistics, per rule and producer subtask.
+    let mut rr = [[0usize; OPERATORS]; 2];
     let mut counts = AdvancingCounts {
         sluice: vec![0; n],
         iceberg: vec![0; n],
@@ -362,8 +363,8 @@ fn advancing_run(
             },
             _ => {
                 // No statistics yet: round robin.
-                rr[op] += 1;
-                rr[op] % n
+                rr[rule][op] += 1;
+                rr[rule][op] % n
             }
         };
         let s = pick(0);
