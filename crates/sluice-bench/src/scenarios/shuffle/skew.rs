@@ -359,6 +359,12 @@ fn advancing_run(
             (Some(g), Some(router)) => match (&g.routing, rule) {
                 // Iceberg's rule for Sketch: the bounds alone.
                 (Routing::Sketch(bounds), 1) => sluice::shuffle::bounds::partition(&key, bounds, n),
+                // Iceberg's rule for Map: a known key as sluice routes it (the same assignment),
+                // an unknown one round robin.
+                (Routing::Map(assignment), 1) if assignment.get(&key).is_none() => {
+                    rr[rule][op] += 1;
+                    rr[rule][op] % n
+                }
                 _ => router.route(&key, n),
             },
             _ => {
