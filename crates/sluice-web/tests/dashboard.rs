@@ -126,6 +126,17 @@ fn parse(dom: &str) -> Drawn {
     }
 }
 
+/// The dashboard of `observer`'s job on a free port, sampled every 200 ms over a 1 s window.
+async fn serve(observer: &sluice_runtime::JobObserver) -> sluice_web::WebServer {
+    sluice_web::WebUi::new()
+        .job(observer.clone())
+        .sample_interval(Duration::from_millis(200))
+        .rate_window(Duration::from_secs(1))
+        .serve_dashboard("127.0.0.1:0")
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headless_chromium_shows_every_operator_and_moving_rates() {
     let Some(chromium) = ci_env("SLUICE_CHROMIUM", "source .ci/chromium") else {
@@ -134,13 +145,7 @@ async fn headless_chromium_shows_every_operator_and_moving_rates() {
     let dir = tempfile::tempdir().unwrap();
     let job = running_job(dir.path());
     let observer = job.observer();
-    let ui = sluice_web::WebUi::new()
-        .job(observer.clone())
-        .sample_interval(Duration::from_millis(200))
-        .rate_window(Duration::from_secs(1))
-        .serve_dashboard("127.0.0.1:0")
-        .await
-        .unwrap();
+    let ui = serve(&observer).await;
     let addr = ui.local_addr();
     let path = format!("/jobs/{}", observer.job_id());
     // Rates exist once the server sampled the job twice, with records flowing.
@@ -221,13 +226,7 @@ async fn the_async_operator_holding_its_chain_back_is_marked() {
     .discard();
     let job = env.submit("held-back").unwrap();
     let observer = job.observer();
-    let ui = sluice_web::WebUi::new()
-        .job(observer.clone())
-        .sample_interval(Duration::from_millis(200))
-        .rate_window(Duration::from_secs(1))
-        .serve_dashboard("127.0.0.1:0")
-        .await
-        .unwrap();
+    let ui = serve(&observer).await;
     let path = format!("/jobs/{}", observer.job_id());
     let json = wait_for_json(ui.local_addr(), &path, "the lookup marked", |job| {
         job["vertices"][0]["operators"][1]["holds-back-chain"] == true
