@@ -57,6 +57,17 @@ pub trait TwoPhaseCommitSink<T>: Send + 'static {
     /// What identifies a transaction; stored in checkpoints.
     type Transaction: Serialize + DeserializeOwned + Debug + Send + 'static;
 
+    /// Checks the sink's configuration against the job's checkpointing at submit time (`None`
+    /// when checkpointing is off; a transaction timeout shorter than the checkpoint interval, for
+    /// example): an error refuses the job before it runs, naming the sink.
+    fn validate(
+        &self,
+        checkpoints: Option<&crate::checkpoint::CheckpointSettings>,
+    ) -> Result<(), UserError> {
+        let _ = checkpoints;
+        Ok(())
+    }
+
     /// Called once before anything else (and before [`recover`](Self::recover)).
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         let _ = ctx;
@@ -196,6 +207,13 @@ impl<T: Data, S: TwoPhaseCommitSink<T>> Operator<T> for TwoPhaseCommitOp<T, S> {
     fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
         self.restored = state.into_entries();
         Ok(())
+    }
+
+    fn validate(
+        &self,
+        checkpoints: Option<&crate::checkpoint::CheckpointSettings>,
+    ) -> Result<(), UserError> {
+        self.sink.validate(checkpoints)
     }
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {

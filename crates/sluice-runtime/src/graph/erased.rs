@@ -4,6 +4,7 @@
 //! behind `Box<dyn Any>` ([`AnyBox`]). Downcasts happen once per subtask at deployment, never on
 //! the record path; a failed downcast is a runtime defect and is reported as such.
 
+use crate::checkpoint::CheckpointSettings;
 use crate::error::{JobError, TaskError};
 use crate::exchange::partitioner::Partitioner;
 use crate::exchange::remote::{self, OpenReceiver, OpenSender, Pump};
@@ -178,6 +179,11 @@ pub(crate) trait OperatorFactory: Send + Sync {
         head: AnyBox,
         parts: TaskParts,
     ) -> Result<Box<dyn RunnableTask>, JobError>;
+    /// Checks the operator's configuration at submit time.
+    fn validate(&self, checkpoints: Option<&CheckpointSettings>) -> Result<(), UserError> {
+        let _ = checkpoints;
+        Ok(())
+    }
 }
 
 /// An [`Operator`] prototype, cloned once per subtask.
@@ -206,6 +212,10 @@ fn clone_locked<X: Clone>(m: &Mutex<X>) -> X {
 }
 
 impl<In: Data, Op: Operator<In> + Clone> OperatorFactory for TypedOperator<In, Op> {
+    fn validate(&self, checkpoints: Option<&CheckpointSettings>) -> Result<(), UserError> {
+        sluice_core::sync::lock(&self.op).validate(checkpoints)
+    }
+
     fn build_stage(
         &self,
         ctx: OperatorContext,

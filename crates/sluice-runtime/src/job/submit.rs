@@ -81,6 +81,13 @@ impl Submission<'_> {
                 })?;
             }
         }
+        for node in &self.graph.nodes {
+            if let NodeKind::Operator(f) = &node.kind {
+                f.validate(self.checkpoints).map_err(|e| {
+                    JobError::InvalidJob(format!("operator '{}' ({}): {e}", node.name, node.id))
+                })?;
+            }
+        }
         let checkpoints = match self.checkpoints {
             Some(c) => {
                 c.validate().map_err(JobError::InvalidJob)?;

@@ -75,6 +75,17 @@ pub trait Operator<In: Data>: Send + 'static {
         Ok(())
     }
 
+    /// Checks the operator's configuration against the job's at submit time (`checkpoints` is
+    /// `None` when checkpointing is off): an error refuses the job before it runs, naming the
+    /// operator. The default accepts everything.
+    fn validate(
+        &self,
+        checkpoints: Option<&crate::checkpoint::CheckpointSettings>,
+    ) -> Result<(), UserError> {
+        let _ = checkpoints;
+        Ok(())
+    }
+
     /// Processes a non-empty batch of records, emitting results into `out`.
     ///
     /// When the records carry event times (a timestamp assigner ran upstream), they are in
