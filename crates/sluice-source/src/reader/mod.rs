@@ -5,8 +5,9 @@
 //! reader holds none (one request at a time), hands assigned splits to the reader, generates
 //! watermarks per split with the job's [`WatermarkStrategy`] and combines them per subtask
 //! (`watermarks.rs`), stores its splits with their positions in every checkpoint (one list entry
-//! per split, so a restore at another parallelism deals them out), and ends when the reader holds
-//! no split and the enumerator said no more will come.
+//! per split, so a restore at another parallelism deals them out), passes completed checkpoints
+//! the coordinator relays on to the reader, and ends when the reader holds no split and the
+//! enumerator said no more will come.
 
 mod watermarks;
 
@@ -210,6 +211,9 @@ impl<Src: Source> SourceHead<Src::Out> for SourceOperator<Src> {
                 self.reader.notify_no_more_splits()
             }
             EnumeratorEvent::Source(bytes) => self.reader.handle_source_event(bytes),
+            EnumeratorEvent::CheckpointComplete(checkpoint) => {
+                self.reader.notify_checkpoint_complete(checkpoint)
+            }
         }
     }
 

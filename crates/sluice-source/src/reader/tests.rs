@@ -31,10 +31,12 @@ impl SourceSplit for Split {
 
 type Script = Arc<Mutex<VecDeque<Poll<ReaderPoll<i64>>>>>;
 
-/// Plays a script of polls; records the splits it was given.
+/// Plays a script of polls; records the splits it was given and the checkpoints it was told
+/// of.
 struct ScriptedReader {
     script: Script,
     splits: Arc<Mutex<Vec<Split>>>,
+    completed: Arc<Mutex<Vec<CheckpointId>>>,
 }
 
 impl SourceReader for ScriptedReader {
@@ -57,6 +59,10 @@ impl SourceReader for ScriptedReader {
     }
     fn snapshot_state(&mut self, _: CheckpointId) -> Result<Vec<Split>, UserError> {
         Ok(self.splits.lock().unwrap().clone())
+    }
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<(), UserError> {
+        self.completed.lock().unwrap().push(checkpoint);
+        Ok(())
     }
 }
 
@@ -96,6 +102,7 @@ impl SplitEnumerator for NoEnumerator {
 struct ScriptedSource {
     script: Script,
     splits: Arc<Mutex<Vec<Split>>>,
+    completed: Arc<Mutex<Vec<CheckpointId>>>,
 }
 
 impl Source for ScriptedSource {
@@ -123,6 +130,7 @@ impl Source for ScriptedSource {
         Ok(ScriptedReader {
             script: self.script.clone(),
             splits: self.splits.clone(),
+            completed: self.completed.clone(),
         })
     }
 }
@@ -285,4 +293,23 @@ async fn it_ends_only_without_splits_after_no_more_splits() {
         .extend([records("a", &[1]), finished("a")]);
     assign(&mut op, EnumeratorEvent::NoMoreSplits);
     assert_eq!(drain(&mut op), vec!["records [1]", "end"]);
+}
+
+#[tokio::test]
+async fn a_completed_checkpoint_relayed_by_the_coordinator_reaches_the_reader() {
+    let source = ScriptedSource::default();
+    let ctx = OperatorContext::for_test("kafka", 0, 1);
+    let mut op = SourceOperator::create(&source, &ctx, None, None).unwrap();
+    assign(
+        &mut op,
+        EnumeratorEvent::CheckpointComplete(CheckpointId(7)),
+    );
+    assign(
+        &mut op,
+        EnumeratorEvent::CheckpointComplete(CheckpointId(8)),
+    );
+    assert_eq!(
+        *source.completed.lock().unwrap(),
+        vec![CheckpointId(7), CheckpointId(8)]
+    );
 }
