@@ -276,3 +276,85 @@ fn bad_sink_settings_are_named_when_built() {
         .to_string();
     assert!(e.contains("transactional.id"), "{e}");
 }
+
+/// The example binary beside this test's: `target/<profile>/deps/<test>` →
+/// `target/<profile>/examples/numbers_exactly_once`.
+fn example_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(std::path::Path::parent).unwrap();
+    let binary = dir.join("examples").join(format!(
+        "numbers_exactly_once{}",
+        std::env::consts::EXE_SUFFIX
+    ));
+    assert!(
+        binary.is_file(),
+        "{} is missing: `cargo test` builds the examples first; with a filter, build it with \
+         `cargo build -p sluice-kafka --example numbers_exactly_once`",
+        binary.display()
+    );
+    binary
+}
+
+#[test]
+fn a_sigkilled_job_resumed_from_its_checkpoint_writes_every_record_once() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let Some(b) = broker() else { return };
+    let topic = unique("sink-sigkill");
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(create_topic(&b, &topic, 3));
+    let dir = tempfile::tempdir().unwrap();
+    let n = 40_000u64;
+    let args = |resume: bool| {
+        let mut a = vec![
+            "--bootstrap".to_string(),
+            b.clone(),
+            "--topic".into(),
+            topic.clone(),
+            "--checkpoint-dir".into(),
+            dir.path().to_string_lossy().into_owned(),
+            "--count".into(),
+            n.to_string(),
+            "--rate".into(),
+            "10000".into(),
+            "--checkpoint-interval-ms".into(),
+            "100".into(),
+        ];
+        if resume {
+            a.push("--resume".into());
+        }
+        a
+    };
+    let mut first = Command::new(example_binary())
+        .args(args(false))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the third completed checkpoint, then kill it mid-run.
+    let stdout = first.stdout.take().unwrap();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        assert!(
+            !line.starts_with("done"),
+            "the first run ended before it was killed"
+        );
+        if line == "checkpoints completed: 3" {
+            break;
+        }
+    }
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    let second = Command::new(example_binary())
+        .args(args(true))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&second.stdout);
+    assert!(
+        second.status.success(),
+        "the resumed run failed: {out}\n{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(out.contains("restored from Some"), "{out}");
+    assert_exactly_once(&b, &topic, n);
+}
