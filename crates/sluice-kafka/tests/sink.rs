@@ -146,7 +146,8 @@ async fn a_completed_checkpoint_whose_commit_failed_is_committed_by_the_restore(
         failed: Arc::default(),
         resumed: Arc::default(),
     };
-    env.from_generator(Generator::new(|i| i).take(n).rate_limit(50_000.0))
+    // Slow enough that several checkpoints complete while records flow.
+    env.from_generator(Generator::new(|i| i).take(n).rate_limit(10_000.0))
         .sink_to_exactly_once(wrapped.clone())
         .parallelism(1);
     let result = env.execute("kafka resume").await.unwrap();

@@ -163,16 +163,6 @@ pub trait Source: Send + Sync + 'static {
     fn validate(&self) -> Result<(), UserError> {
         Ok(())
     }
-
-    /// Whether the readers want [`SourceReader::notify_checkpoint_complete`] (default `false`).
-    /// When `true`, the coordinator tells every registered reader of each completed checkpoint
-    /// with an operator event (the runtime's source heads are not notified by their task), so
-    /// the reader hears of it shortly after the job master did, or never if the reader
-    /// restarts meanwhile: use it for side effects that may be skipped (a Kafka source
-    /// committing its offsets for monitoring), never for correctness.
-    fn notifies_readers_of_checkpoints(&self) -> bool {
-        false
-    }
 }
 
 /// Discovers splits and assigns them to readers (Flink's `SplitEnumerator`). Every method runs
@@ -289,9 +279,10 @@ pub trait SourceReader: Send + 'static {
     /// returned by `poll_next`, for checkpoint `checkpoint`.
     fn snapshot_state(&mut self, checkpoint: CheckpointId) -> Result<Vec<Self::Split>, UserError>;
 
-    /// Checkpoint `checkpoint` completed (Flink's `notifyCheckpointComplete`). Called only for
-    /// a source whose [`Source::notifies_readers_of_checkpoints`] is `true`, at most once per
-    /// checkpoint, possibly late or not at all (see there); an error fails the subtask.
+    /// Checkpoint `checkpoint` completed (Flink's `notifyCheckpointComplete`), told by the
+    /// subtask's task between two polls. A notification may be skipped when a later one
+    /// covers it (use it for what may be skipped, such as committing offsets for monitoring);
+    /// an error fails the subtask.
     fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<(), UserError> {
         let _ = checkpoint;
         Ok(())

@@ -2,7 +2,6 @@
 //! `sluice_coordinator::encode_event`.
 
 use serde::{Deserialize, Serialize};
-use sluice_core::CheckpointId;
 
 /// From a reader to the coordinator.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,7 +23,4 @@ pub(crate) enum EnumeratorEvent<S> {
     NoMoreSplits,
     /// A custom event for the reader.
     Source(Vec<u8>),
-    /// A checkpoint completed (sent only to readers of a source that
-    /// [notifies its readers of checkpoints](crate::Source::notifies_readers_of_checkpoints)).
-    CheckpointComplete(CheckpointId),
 }

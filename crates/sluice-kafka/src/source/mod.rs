@@ -44,7 +44,7 @@ const RESERVED: &[&str] = &[
     "enable.partition.eof",
 ];
 /// The partition discovery interval of an unbounded source unless set (Flink's default).
-const DEFAULT_DISCOVERY: Duration = Duration::from_secs(30);
+const DEFAULT_DISCOVERY: Duration = Duration::from_secs(5 * 60);
 /// How long one metadata or offsets request to the brokers may take unless set.
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -102,7 +102,7 @@ struct Config {
 ///   expression over all topic names ([`topic_pattern`](KafkaSourceBuilder::topic_pattern)).
 /// - **Start**: [`StartingOffsets`] (default earliest). Partitions found while the job runs
 ///   start from their earliest offset.
-/// - **End**: unbounded by default, with partition discovery every 30 s; with
+/// - **End**: unbounded by default, with partition discovery every 5 minutes; with
 ///   [`bounded`](KafkaSourceBuilder::bounded) each partition ends at its [`StoppingOffsets`],
 ///   discovery runs once and the job ends when every partition is read.
 /// - **Assignment**: Flink's rule (a topic's start reader from Java's `hashCode` of its name,
@@ -312,7 +312,7 @@ impl<T: Data> KafkaSourceBuilder<T> {
     }
 
     /// Looks for new partitions (and topics matching the pattern) every `interval` (unbounded;
-    /// default 30 s). In bounded mode it is only how often missing topics are looked for with
+    /// default 5 minutes, as in Flink). In bounded mode it is only how often missing topics are looked for with
     /// [`wait_for_topics`](Self::wait_for_topics).
     pub fn partition_discovery(mut self, interval: Duration) -> Self {
         self.discovery = Discovery::Every(interval);
@@ -547,9 +547,5 @@ impl<T: Data> Source for KafkaSource<T> {
         // again in case librdkafka's view changed (it is cheap).
         self.config.settings.check("Kafka source", RESERVED)?;
         Ok(())
-    }
-
-    fn notifies_readers_of_checkpoints(&self) -> bool {
-        self.config.commit
     }
 }

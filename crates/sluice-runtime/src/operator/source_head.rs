@@ -81,4 +81,12 @@ pub trait SourceHead<T>: Send + 'static {
     /// The source's state at checkpoint `checkpoint`: a list of entries (for a split source, one
     /// per split with its position), dealt out evenly over the subtasks on a rescaled restore.
     fn snapshot_state(&mut self, checkpoint: CheckpointId) -> Result<OperatorState, UserError>;
+
+    /// Checkpoint `checkpoint` completed everywhere (Flink's `notifyCheckpointComplete`), told
+    /// by the task between two polls, before the operators of its chain hear of it. A
+    /// notification may be skipped (a later one covers it); an error fails the subtask.
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<(), UserError> {
+        let _ = checkpoint;
+        Ok(())
+    }
 }

@@ -61,6 +61,12 @@ pub(crate) trait TaskInput<T>: Send {
     fn abort_checkpoint(&mut self, id: CheckpointId) {
         let _ = id;
     }
+
+    /// Checkpoint `id` completed (a source head hears of it).
+    fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), TaskError> {
+        let _ = id;
+        Ok(())
+    }
 }
 
 /// The reading side of a source, one instance per subtask.
@@ -241,6 +247,12 @@ impl<T: Send + 'static> TaskInput<T> for SourceHeadInput<T> {
 
     fn event_target(&self) -> Option<NodeId> {
         Some(self.ctx.operator_id())
+    }
+
+    fn notify_checkpoint_complete(&mut self, id: CheckpointId) -> Result<(), TaskError> {
+        self.guarded("notifying the source of a completed checkpoint", |h| {
+            h.notify_checkpoint_complete(id)
+        })
     }
 
     fn handle_event(&mut self, event: OperatorEvent) -> Result<(), TaskError> {

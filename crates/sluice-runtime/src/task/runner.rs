@@ -196,7 +196,10 @@ impl<T: Send + 'static> Task<T> {
                 // Barriers reach tasks that are not sources through their inputs.
                 Phase::Running => {}
             },
-            TaskControl::NotifyComplete(id) => self.chain.notify_checkpoint(id, true)?,
+            TaskControl::NotifyComplete(id) => {
+                self.input.notify_checkpoint_complete(id)?;
+                self.chain.notify_checkpoint(id, true)?
+            }
             TaskControl::NotifyAborted(id) => {
                 self.input.abort_checkpoint(id);
                 self.chain.notify_checkpoint(id, false)?;

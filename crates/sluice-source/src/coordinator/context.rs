@@ -362,27 +362,6 @@ impl<E: SplitEnumerator> SourceCoordinatorContext<E> {
         lock(&self.state).tracker.on_checkpoint_complete(checkpoint);
     }
 
-    /// Tells every registered reader that `checkpoint` completed (a lost event only means a
-    /// missed notification, which readers must tolerate).
-    pub(crate) fn notify_readers_of_checkpoint(
-        &self,
-        checkpoint: CheckpointId,
-    ) -> Result<(), SourceError> {
-        let readers = self.registered_readers();
-        if readers.is_empty() {
-            return Ok(());
-        }
-        let event = encode_event(&EnumeratorEvent::<E::Split>::CheckpointComplete(checkpoint))
-            .map_err(|e| SourceError::codec("a checkpoint notification", e))?;
-        for (subtask, reader) in readers {
-            drop(
-                self.base
-                    .send_event_to_operator_attempt(subtask, reader.attempt, event.clone()),
-            );
-        }
-        Ok(())
-    }
-
     /// How many assigned splits the tracker holds.
     pub fn tracked_assignments(&self) -> usize {
         lock(&self.state).tracker.len()

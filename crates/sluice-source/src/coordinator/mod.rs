@@ -42,8 +42,7 @@ pub fn source_coordinator_provider<Src: Source>(
 ///   `handle_split_request` unless the subtask was told no more splits will come; custom events
 ///   go to `handle_source_event`;
 /// - a checkpoint files the assignments made so far under it and stores the enumerator's
-///   checkpoint (not the registered readers); its completion drops older assignments (and is
-///   passed on to every registered reader if the source asks for it);
+///   checkpoint (not the registered readers); its completion drops older assignments;
 /// - a failed attempt's reader is forgotten; a subtask reset to checkpoint `c` forgets its
 ///   reader and gives the splits assigned to it after `c` back through `add_splits_back`.
 pub struct SourceLogic<Src: Source> {
@@ -156,11 +155,7 @@ impl<Src: Source> CoordinatorLogic for SourceLogic<Src> {
         base: &CoordinatorContextBase,
         checkpoint: CheckpointId,
     ) -> Result<(), UserError> {
-        let ctx = self.context(base);
-        ctx.on_checkpoint_complete(checkpoint);
-        if self.source.notifies_readers_of_checkpoints() {
-            ctx.notify_readers_of_checkpoint(checkpoint)?;
-        }
+        self.context(base).on_checkpoint_complete(checkpoint);
         self.with_enumerator(base, |e, _| e.notify_checkpoint_complete(checkpoint))
     }
 

@@ -45,7 +45,6 @@ struct TestSource {
     behaviour: Behaviour,
     log: Shared<Vec<String>>,
     context: Shared<Option<SplitEnumeratorContext<TestEnumerator>>>,
-    notify_readers: bool,
 }
 
 struct TestEnumerator {
@@ -192,10 +191,6 @@ impl Source for TestSource {
 
     fn create_reader(&self, _ctx: ReaderContext) -> Result<NoReader, UserError> {
         Ok(NoReader)
-    }
-
-    fn notifies_readers_of_checkpoints(&self) -> bool {
-        self.notify_readers
     }
 }
 
@@ -562,37 +557,5 @@ async fn a_request_after_no_more_splits_is_not_passed_to_the_enumerator() {
     assert_eq!(received(&mut r0).await, EnumeratorEvent::NoMoreSplits);
     h.send(0, 0, ReaderEvent::RequestSplit).await;
     assert!(r0.try_recv().is_none(), "the second request is dropped");
-    h.close().await;
-}
-
-#[tokio::test]
-async fn completed_checkpoints_reach_the_registered_readers_only_if_the_source_asks() {
-    let mut h = Harness::start(TestSource {
-        notify_readers: true,
-        ..source(&[1])
-    })
-    .await;
-    let mut r0 = h.reader(0, 0).await;
-    let mut r1 = h.reader(1, 0).await;
-    h.checkpoint(1).await;
-    h.complete(1).await;
-    assert_eq!(
-        received(&mut r0).await,
-        EnumeratorEvent::CheckpointComplete(CheckpointId(1))
-    );
-    assert_eq!(
-        received(&mut r1).await,
-        EnumeratorEvent::CheckpointComplete(CheckpointId(1))
-    );
-    h.close().await;
-
-    let mut h = Harness::start(source(&[1])).await;
-    let mut r0 = h.reader(0, 0).await;
-    h.checkpoint(1).await;
-    h.complete(1).await;
-    assert!(
-        r0.try_recv().is_none(),
-        "a source that does not ask hears nothing"
-    );
     h.close().await;
 }

@@ -6,7 +6,7 @@
 //! watermarks per split with the job's [`WatermarkStrategy`] and combines them per subtask
 //! (`watermarks.rs`), stores its splits with their positions in every checkpoint (one list entry
 //! per split, so a restore at another parallelism deals them out), passes completed checkpoints
-//! the coordinator relays on to the reader, and ends when the reader holds no split and the
+//! on to the reader, and ends when the reader holds no split and the
 //! enumerator said no more will come.
 
 mod watermarks;
@@ -211,9 +211,6 @@ impl<Src: Source> SourceHead<Src::Out> for SourceOperator<Src> {
                 self.reader.notify_no_more_splits()
             }
             EnumeratorEvent::Source(bytes) => self.reader.handle_source_event(bytes),
-            EnumeratorEvent::CheckpointComplete(checkpoint) => {
-                self.reader.notify_checkpoint_complete(checkpoint)
-            }
         }
     }
 
@@ -224,6 +221,10 @@ impl<Src: Source> SourceHead<Src::Out> for SourceOperator<Src> {
             .map(codec::encode)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(OperatorState::from_entries(entries))
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint: CheckpointId) -> Result<(), UserError> {
+        self.reader.notify_checkpoint_complete(checkpoint)
     }
 }
 

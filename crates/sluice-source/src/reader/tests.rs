@@ -296,18 +296,12 @@ async fn it_ends_only_without_splits_after_no_more_splits() {
 }
 
 #[tokio::test]
-async fn a_completed_checkpoint_relayed_by_the_coordinator_reaches_the_reader() {
+async fn a_completed_checkpoint_reaches_the_reader() {
     let source = ScriptedSource::default();
     let ctx = OperatorContext::for_test("kafka", 0, 1);
     let mut op = SourceOperator::create(&source, &ctx, None, None).unwrap();
-    assign(
-        &mut op,
-        EnumeratorEvent::CheckpointComplete(CheckpointId(7)),
-    );
-    assign(
-        &mut op,
-        EnumeratorEvent::CheckpointComplete(CheckpointId(8)),
-    );
+    SourceHead::notify_checkpoint_complete(&mut op, CheckpointId(7)).unwrap();
+    SourceHead::notify_checkpoint_complete(&mut op, CheckpointId(8)).unwrap();
     assert_eq!(
         *source.completed.lock().unwrap(),
         vec![CheckpointId(7), CheckpointId(8)]
