@@ -29,6 +29,8 @@ mod guides {
     struct RangeShuffle;
     #[doc = include_str!("../../../docs/iceberg.md")]
     struct Iceberg;
+    #[doc = include_str!("../../../docs/kafka.md")]
+    struct Kafka;
     #[doc = include_str!("../../../docs/kubernetes.md")]
     struct Kubernetes;
     #[doc = include_str!("../../../docs/flink-names.md")]
