@@ -77,7 +77,7 @@ async fn exactly_once_under_injected_failures() {
     let n = 20_000u64;
     let dir = tempfile::tempdir().unwrap();
     let env = env(dir.path(), 50);
-    let fail = FailureInjector::seeded(0.004, 5).times(3);
+    let fail = FailureInjector::seeded(0.02, 5).times(3);
     env.from_generator(Generator::new(|i| i).take(n).rate_limit(100_000.0))
         .transform("inject", fail.clone())
         .sink_to_kafka(sink(&b, &topic, DeliveryGuarantee::ExactlyOnce, &topic));
@@ -212,7 +212,7 @@ async fn at_least_once_loses_nothing_under_failures() {
     let n = 10_000u64;
     let dir = tempfile::tempdir().unwrap();
     let env = env(dir.path(), 50);
-    let fail = FailureInjector::seeded(0.005, 9).times(2);
+    let fail = FailureInjector::at_record(0, 3_000);
     env.from_generator(Generator::new(|i| i).take(n).rate_limit(100_000.0))
         .transform("inject", fail.clone())
         .sink_to_kafka(sink(&b, &topic, DeliveryGuarantee::AtLeastOnce, &topic));
@@ -358,4 +358,30 @@ fn a_sigkilled_job_resumed_from_its_checkpoint_writes_every_record_once() {
     );
     assert!(out.contains("restored from Some"), "{out}");
     assert_exactly_once(&b, &topic, n);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_that_are_not_there_fail_the_job_naming_them() {
+    for guarantee in [
+        DeliveryGuarantee::AtLeastOnce,
+        DeliveryGuarantee::ExactlyOnce,
+    ] {
+        let env = StreamEnvironment::new();
+        env.enable_checkpointing(Duration::from_millis(100));
+        env.set_restart_strategy(RestartStrategy::none());
+        let s = KafkaSink::<u64>::builder()
+            .bootstrap_servers("127.0.0.1:1")
+            .record_serializer(KafkaRecordSerializer::json("nowhere"))
+            .delivery_guarantee(guarantee)
+            .transactional_id_prefix("nowhere")
+            .request_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        env.from_iter(0u64..10).sink_to_kafka(s);
+        let e = env.execute("no broker").await.unwrap_err().to_string();
+        assert!(
+            e.contains("cannot reach the Kafka brokers at 127.0.0.1:1 after 3 attempts"),
+            "{guarantee:?}: {e}"
+        );
+    }
 }

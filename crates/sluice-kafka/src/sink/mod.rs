@@ -105,6 +105,7 @@ pub struct KafkaSink<T> {
     prefix: String,
     pool_size: u32,
     transaction_timeout: Duration,
+    request_timeout: Duration,
     running: Option<Running>,
 }
 
@@ -117,6 +118,7 @@ impl<T> Clone for KafkaSink<T> {
             prefix: self.prefix.clone(),
             pool_size: self.pool_size,
             transaction_timeout: self.transaction_timeout,
+            request_timeout: self.request_timeout,
             running: None,
         }
     }
@@ -148,6 +150,7 @@ pub struct KafkaSinkBuilder<T> {
     prefix: Option<String>,
     pool_size: u32,
     transaction_timeout: Duration,
+    request_timeout: Duration,
 }
 
 impl<T> KafkaSink<T> {
@@ -161,6 +164,7 @@ impl<T> KafkaSink<T> {
             prefix: None,
             pool_size: DEFAULT_POOL_SIZE,
             transaction_timeout: DEFAULT_TRANSACTION_TIMEOUT,
+            request_timeout: producer::DEFAULT_REQUEST_TIMEOUT,
         }
     }
 
@@ -224,6 +228,13 @@ impl<T> KafkaSinkBuilder<T> {
         self
     }
 
+    /// How long each of the three metadata requests a new producer makes may take before the
+    /// brokers count as unreachable (10 s by default).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
     /// The sink, after checking the settings.
     pub fn build(self) -> Result<KafkaSink<T>, KafkaError> {
         let bad = |message: String| KafkaError::Settings {
@@ -247,6 +258,9 @@ impl<T> KafkaSinkBuilder<T> {
             }
             (_, p) => p.unwrap_or_default(),
         };
+        if self.request_timeout.is_zero() {
+            return Err(bad("the request timeout must be positive".into()));
+        }
         if self.pool_size == 0 {
             return Err(bad(
                 "the transactional id pool size must be at least 1".into()
@@ -268,6 +282,7 @@ impl<T> KafkaSinkBuilder<T> {
             prefix,
             pool_size: self.pool_size,
             transaction_timeout: self.transaction_timeout,
+            request_timeout: self.request_timeout,
             running: None,
         })
     }
@@ -298,9 +313,10 @@ impl<T> KafkaSink<T> {
 
     /// The producer of slot `slot`, made (and its id fenced) when missing.
     fn slot_producer(&mut self, slot: u32) -> Result<&SinkProducer, UserError> {
-        let (settings, timeout, prefix) = (
+        let (settings, timeout, request, prefix) = (
             self.settings.clone(),
             self.transaction_timeout,
+            self.request_timeout,
             self.prefix.clone(),
         );
         let r = self.running()?;
@@ -310,7 +326,8 @@ impl<T> KafkaSink<T> {
             .get_mut(slot as usize)
             .ok_or_else(|| format!("no slot {slot} in the pool of {}", r.operator))?;
         if s.producer.is_none() {
-            s.producer = Some(SinkProducer::create(&settings, Some(&id), timeout).map_err(user)?);
+            s.producer =
+                Some(SinkProducer::create(&settings, Some(&id), timeout, request).map_err(user)?);
         }
         s.producer
             .as_ref()
@@ -336,10 +353,11 @@ impl<T> KafkaSink<T> {
     }
 
     fn plain(&mut self) -> Result<&SinkProducer, UserError> {
-        let settings = self.settings.clone();
+        let (settings, request) = (self.settings.clone(), self.request_timeout);
         let r = self.running()?;
         if r.plain.is_none() {
-            r.plain = Some(SinkProducer::create(&settings, None, Duration::ZERO).map_err(user)?);
+            r.plain =
+                Some(SinkProducer::create(&settings, None, Duration::ZERO, request).map_err(user)?);
         }
         r.plain
             .as_ref()
@@ -606,8 +624,13 @@ impl<T: Data> TwoPhaseCommitSink<T> for KafkaSink<T> {
         // Fence every other group the restored states name, then take the own one into use.
         for group in pool::foreign_groups(own, groups) {
             for id in group.ids(&self.prefix) {
-                SinkProducer::create(&self.settings, Some(&id), self.transaction_timeout)
-                    .map_err(user)?;
+                SinkProducer::create(
+                    &self.settings,
+                    Some(&id),
+                    self.transaction_timeout,
+                    self.request_timeout,
+                )
+                .map_err(user)?;
             }
         }
         if self.guarantee == DeliveryGuarantee::ExactlyOnce {

@@ -125,6 +125,11 @@ pub(crate) struct SinkProducer {
     transactional_id: Option<String>,
 }
 
+/// Metadata requests a new producer makes before it gives up on the brokers.
+const REACH_ATTEMPTS: u32 = 3;
+/// How long each may take unless set ([`KafkaSinkBuilder::request_timeout`](crate::KafkaSinkBuilder::request_timeout)).
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a barrier's flush or a commit may take before it fails the job.
 pub(crate) const FLUSH_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -145,6 +150,7 @@ impl SinkProducer {
         settings: &KafkaSettings,
         transactional_id: Option<&str>,
         transaction_timeout: Duration,
+        request_timeout: Duration,
     ) -> Result<Self, KafkaError> {
         let mut config = settings.client_config();
         if let Some(id) = transactional_id {
@@ -173,6 +179,7 @@ impl SinkProducer {
             context,
             transactional_id: transactional_id.map(str::to_string),
         };
+        blocking(|| p.check_reachable(settings.bootstrap_servers(), request_timeout))?;
         if let Some(id) = transactional_id {
             blocking(|| p.producer.init_transactions(FLUSH_TIMEOUT)).map_err(|e| {
                 KafkaError::Transaction {
@@ -183,6 +190,28 @@ impl SinkProducer {
             })?;
         }
         Ok(p)
+    }
+
+    /// Asks the brokers for metadata, up to [`REACH_ATTEMPTS`] times, so that brokers that are
+    /// not there fail the job at once, naming them, rather than at the first barrier's flush.
+    fn check_reachable(&self, servers: &str, timeout: Duration) -> Result<(), KafkaError> {
+        let mut last = String::new();
+        for attempt in 1..=REACH_ATTEMPTS {
+            match self.producer.client().fetch_metadata(None, timeout) {
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!(
+                        "kafka sink: metadata attempt {attempt} of {REACH_ATTEMPTS} at {servers} failed: {e}"
+                    );
+                    last = e.to_string();
+                }
+            }
+        }
+        Err(KafkaError::Unreachable {
+            servers: servers.to_string(),
+            attempts: REACH_ATTEMPTS,
+            message: last,
+        })
     }
 
     /// The transactional id, if any.

@@ -11,9 +11,11 @@
 
 use crate::source::deserializer::KafkaRecord;
 use crate::source::offsets::TopicPartition;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::ClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_core::sync::lock;
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,6 +34,28 @@ const MAX_BATCH_RECORDS: usize = 2048;
 const MAX_BATCH_BYTES: usize = 1 << 20;
 /// Batches in flight between the fetch thread and the task.
 const CHANNEL_CAPACITY: usize = 4;
+
+/// The reader consumer's context: librdkafka reports the end of a partition
+/// (`enable.partition.eof`, which bounded splits need) as an error event, which is logged at error
+/// level by default; it is no error here. Real errors go to `tracing` as warnings: librdkafka
+/// retries them itself, and what it gives up on surfaces in the poll.
+pub(crate) struct ReaderContext;
+
+impl ClientContext for ReaderContext {
+    fn error(&self, error: RdKafkaError, reason: &str) {
+        if !matches!(
+            error,
+            RdKafkaError::PartitionEOF(_) | RdKafkaError::Global(RDKafkaErrorCode::PartitionEOF)
+        ) {
+            tracing::warn!(target: "librdkafka", "{error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for ReaderContext {}
+
+/// The reader's consumer.
+pub(crate) type ReaderConsumer = BaseConsumer<ReaderContext>;
 
 /// A `(start, end)` span of a batch's buffer.
 pub(crate) type Span = (usize, usize);
@@ -206,7 +230,7 @@ impl std::fmt::Debug for Fetcher {
 impl Fetcher {
     /// Starts the fetch thread named `name` with `consumer` (no partition assigned yet).
     pub(crate) fn start(
-        consumer: BaseConsumer,
+        consumer: ReaderConsumer,
         name: String,
         report_ends: bool,
     ) -> std::io::Result<Self> {
@@ -277,7 +301,7 @@ fn tpl(entries: impl IntoIterator<Item = (TopicPartition, Option<i64>)>) -> Topi
     l
 }
 
-fn apply(consumer: &BaseConsumer, commands: Commands) {
+fn apply(consumer: &ReaderConsumer, commands: Commands) {
     if !commands.unassign.is_empty() {
         let l = tpl(commands.unassign.into_iter().map(|tp| (tp, None)));
         if let Err(e) = consumer.incremental_unassign(&l) {
@@ -300,7 +324,7 @@ fn apply(consumer: &BaseConsumer, commands: Commands) {
 
 /// The fetch thread (see the module docs).
 fn fetch_loop(
-    consumer: BaseConsumer,
+    consumer: ReaderConsumer,
     shared: Arc<Shared>,
     tx: mpsc::Sender<Fetched>,
     report_ends: bool,

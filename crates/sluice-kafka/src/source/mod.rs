@@ -29,7 +29,6 @@ use crate::settings::KafkaSettings;
 use client::{MetadataClient, Subscription};
 use enumerator::EnumeratorConfig;
 use fetch::Fetcher;
-use rdkafka::consumer::BaseConsumer;
 use regex::Regex;
 use sluice_core::{Data, UserError};
 use sluice_source::{Boundedness, ReaderContext, Source, SplitEnumeratorContext};
@@ -523,10 +522,12 @@ impl<T: Data> Source for KafkaSource<T> {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "true");
-        let consumer: BaseConsumer = config.create().map_err(|source| KafkaError::Client {
-            what: format!("creating the consumer of source subtask {subtask}"),
-            source,
-        })?;
+        let consumer: fetch::ReaderConsumer = config
+            .create_with_context(fetch::ReaderContext)
+            .map_err(|source| KafkaError::Client {
+                what: format!("creating the consumer of source subtask {subtask}"),
+                source,
+            })?;
         let fetcher = Fetcher::start(
             consumer,
             format!("kafka-fetch-{subtask}"),
