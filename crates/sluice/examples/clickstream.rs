@@ -18,6 +18,15 @@
 //!   Iceberg committer --> SQLite catalog in the --warehouse directory, table files beside it
 //! ```
 //!
+//! With `--kafka`, the clicks come from a Kafka topic and the counts go to another:
+//!
+//! ```text
+//! Source: Kafka clicks (KafkaSource, one split per partition, per-partition watermarks)
+//!     -> Fault injection -> Drop bots -> Parse -> Enrich: profile lookup        (one chain per subtask)
+//!     == key_by(user) ==>
+//! Clicks per user per minute -> Sink: Kafka (one transaction per checkpoint)  (one chain per subtask)
+//! ```
+//!
 //! - **Clicks.** On first use the example generates `--events` clicks into `--files` CSV files
 //!   in `--data-dir` (with Zipf-skewed users, bot traffic and broken urls; each file a
 //!   contiguous stretch of event time, 250 clicks per second). Later runs read the same files;
@@ -59,6 +68,23 @@
 //!   starts them) loads the same profiles into the server, then enriches with `sluice-lookup`
 //!   in batches of `--lookup-batch-size` (one `MGET`, or one prepared `= ANY($1)` query, per
 //!   batch) through the same async wait operator, so checkpoints and the output are unchanged.
+//! - **Kafka mode.** `--kafka 127.0.0.1:9092` (the bootstrap servers) reads the clicks from
+//!   Kafka and writes the counts to Kafka instead of the click files and the Iceberg table. The
+//!   generated clicks are first produced into `--kafka-clicks-topic` (created afresh with
+//!   `--kafka-partitions` partitions unless `--restore` or `--resume`; a plain idempotent
+//!   producer, keyed by user, each record's timestamp the click's event time, each value the
+//!   CSV line a click file would hold). `KafkaSource` reads them back, bounded (from the
+//!   earliest offsets to the latest), parsing each value as the file source parses a line, with
+//!   the same watermark strategy per partition. `KafkaSink` writes the counts exactly once to
+//!   `--kafka-counts-topic` (JSON values, key = user; one Kafka transaction per checkpoint and
+//!   subtask, committed when the checkpoint completes, transactional ids prefixed
+//!   `clickstream-<counts topic>`), and the check reads that topic back with
+//!   `isolation.level=read_committed`. `--fail-after`, `--restore`, the progress line and the
+//!   summary work as in the default mode:
+//!
+//!   ```text
+//!   cargo run --release --example clickstream -- --kafka 127.0.0.1:9092 --events 200000
+//!   ```
 //!
 //! While it runs, one progress line shows the clicks read per second, the lookups in flight,
 //! the largest share of the last second a subtask spent backpressured and the busiest operator
@@ -76,6 +102,8 @@
 mod data;
 #[path = "clickstream/events.rs"]
 mod events;
+#[path = "clickstream/kafka.rs"]
+mod kafka;
 #[path = "clickstream/lookup.rs"]
 mod lookup;
 #[path = "clickstream/progress.rs"]
@@ -98,6 +126,7 @@ use sluice::failover::RestartStrategy;
 use sluice::prelude::*;
 use sluice::testing::FailureInjector;
 use sluice::window::{LateRecordsDropped, TumblingEventTimeWindows};
+use sluice_kafka::KafkaSinkExt as _;
 use sluice_source::{FileSource, FromSource};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -108,6 +137,8 @@ use window::{ClicksPerMinute, CountClicks};
 const DEFAULT_EVENTS: u64 = 1_600_000;
 /// The name of the source, used to read its metrics.
 const SOURCE: &str = "Source: Click files";
+/// The name of the source in Kafka mode.
+const KAFKA_SOURCE: &str = "Source: Kafka clicks";
 /// The lookup operator's name: its figures are read from the job's metrics by this name, which
 /// in cluster mode hold what the task managers report.
 const LOOKUP: &str = "Enrich: profile lookup";
@@ -211,6 +242,70 @@ struct Args {
     /// 127.0.0.1:9249)
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// Kafka mode: produce the clicks into a topic on these brokers (host:port[,host:port...]),
+    /// read them with the Kafka source, and write the counts exactly once to a Kafka topic
+    /// instead of the Iceberg table (--data-dir, --files, --warehouse and --table are unused)
+    #[arg(long, value_name = "BOOTSTRAP", value_parser = parse_bootstrap)]
+    kafka: Option<String>,
+    /// The topic the clicks are produced into and read from (--kafka); deleted and created
+    /// again at every start but --restore and --resume
+    #[arg(
+        long,
+        value_name = "TOPIC",
+        default_value = "clickstream-clicks",
+        value_parser = parse_topic,
+        requires = "kafka"
+    )]
+    kafka_clicks_topic: String,
+    /// The topic the counts are written to exactly once (--kafka); deleted and created again
+    /// at every start but --restore and --resume
+    #[arg(
+        long,
+        value_name = "TOPIC",
+        default_value = "clickstream-counts",
+        value_parser = parse_topic,
+        requires = "kafka"
+    )]
+    kafka_counts_topic: String,
+    /// Partitions of both topics when they are created (--kafka)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4,
+        value_parser = parse_partitions,
+        requires = "kafka"
+    )]
+    kafka_partitions: i32,
+}
+
+fn parse_bootstrap(s: &str) -> Result<String, String> {
+    let bad = s.split(',').find(|server| {
+        server
+            .trim()
+            .rsplit_once(':')
+            .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+    });
+    match bad {
+        Some(server) => Err(format!("{server:?} is not host:port")),
+        None => Ok(s.to_string()),
+    }
+}
+
+fn parse_topic(s: &str) -> Result<String, String> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if s.is_empty() || s.len() > 249 || s == "." || s == ".." || !s.chars().all(legal) {
+        Err("a Kafka topic name has 1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-'".to_string())
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+fn parse_partitions(s: &str) -> Result<i32, String> {
+    match s.parse::<i32>() {
+        Ok(n @ 1..=10_000) => Ok(n),
+        Ok(n) => Err(format!("must be between 1 and 10000, got {n}")),
+        Err(e) => Err(format!("not a whole number: {e}")),
+    }
 }
 
 fn parse_files(s: &str) -> Result<usize, String> {
@@ -279,6 +374,66 @@ struct Probes {
     failures: FailureInjector,
 }
 
+/// Where the clicks come from and where the counts go.
+enum Mode {
+    /// Click files into the Iceberg table (the default).
+    Iceberg(sluice_iceberg::IcebergCatalog),
+    /// `--kafka`: the clicks topic into the counts topic.
+    Kafka(kafka::Topics),
+}
+
+impl Mode {
+    fn from_args(args: &Args) -> anyhow::Result<Self> {
+        Ok(match &args.kafka {
+            Some(bootstrap) => Mode::Kafka(kafka::Topics {
+                bootstrap: bootstrap.clone(),
+                clicks: args.kafka_clicks_topic.clone(),
+                counts: args.kafka_counts_topic.clone(),
+                partitions: args.kafka_partitions,
+            }),
+            None => Mode::Iceberg(table::catalog(&args.warehouse)?),
+        })
+    }
+
+    /// The source's name, by which its metrics are read.
+    fn source_name(&self) -> &'static str {
+        match self {
+            Mode::Iceberg(_) => SOURCE,
+            Mode::Kafka(_) => KAFKA_SOURCE,
+        }
+    }
+}
+
+/// The clicks of the run, as prepared for it.
+enum Input {
+    Files(data::DataSet),
+    Kafka(kafka::Clicks),
+}
+
+impl Input {
+    fn events(&self) -> u64 {
+        match self {
+            Input::Files(data) => data.events,
+            Input::Kafka(clicks) => clicks.events,
+        }
+    }
+}
+
+/// What the run committed, read back.
+enum Output {
+    Table(table::Committed),
+    Kafka(kafka::Committed),
+}
+
+impl Output {
+    fn rows(&self) -> &[(u64, i64, u64)] {
+        match self {
+            Output::Table(c) => &c.rows,
+            Output::Kafka(c) => &c.rows,
+        }
+    }
+}
+
 /// How the run went, as seen from outside the job.
 struct Watched {
     result: JobResult,
@@ -329,23 +484,23 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     if node.role == sluice_node::Role::TaskManager {
         return run_task_manager(&args, &node, parallelism).await;
     }
-    let data = prepare_data(&args).await?;
-    check_fail_after(args.fail_after, data.events)?;
-    let catalog = table::catalog(&args.warehouse)?;
-    if args.restore.is_none() && !args.resume {
-        table::start_fresh(&catalog, &args.table)?;
-    }
+    let mode = Mode::from_args(&args)?;
+    let fresh = args.restore.is_none() && !args.resume;
+    let input = match &mode {
+        Mode::Iceberg(catalog) => {
+            let data = prepare_data(&args).await?;
+            check_fail_after(args.fail_after, data.events)?;
+            if fresh {
+                table::start_fresh(catalog, &args.table)?;
+            }
+            Input::Files(data)
+        }
+        Mode::Kafka(topics) => Input::Kafka(prepare_topics(&args, topics, fresh).await?),
+    };
     let (lookup_url, service) = lookup_service(&args).await?;
     let env = configure(&args, parallelism)?;
-    let probes = build_job(
-        &env,
-        &args,
-        parallelism,
-        &data.dir,
-        &lookup_url,
-        catalog.clone(),
-    )?;
-    print_header(&args, parallelism, &data, &lookup_url);
+    let probes = build_job(&env, &args, parallelism, &args.data_dir, &lookup_url, &mode)?;
+    print_header(&args, parallelism, &input, &lookup_url);
 
     let submitted = sluice_node::submit(&env, "clickstream", &node)
         .await
@@ -386,7 +541,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         }
         None => None,
     };
-    let watched = watch(job, &probes, &args, data.events).await;
+    let watched = watch(job, &probes, &args, input.events(), mode.source_name()).await;
     if let Some(service) = service {
         service.abort();
     }
@@ -395,23 +550,27 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     }
     let watched = watched?;
 
-    // Reading the table back and working out what it should hold are blocking work.
-    let (events, table_name) = (data.events, args.table.clone());
-    let (committed, expected) = tokio::task::spawn_blocking(move || {
+    // Reading the output back and working out what it should hold are blocking work.
+    let (events, table_name) = (input.events(), args.table.clone());
+    let (committed, expected, mode) = tokio::task::spawn_blocking(move || {
         let users = events::user_popularity().context("invalid user distribution")?;
         let expected = Expected::compute(events, &users);
-        let committed = table::read_back(&catalog, &table_name)?;
-        anyhow::Ok((committed, expected))
+        let committed = match &mode {
+            Mode::Iceberg(catalog) => Output::Table(table::read_back(catalog, &table_name)?),
+            Mode::Kafka(topics) => Output::Kafka(kafka::read_back(topics)?),
+        };
+        anyhow::Ok((committed, expected, mode))
     })
     .await
-    .context("reading the table back failed")??;
-    let check = table::check(&committed.rows, &expected);
+    .context("reading the output back failed")??;
+    let check = table::check(committed.rows(), &expected);
     print_summary(&Summary {
         watched: &watched,
         probes: &probes,
         args: &args,
         parallelism,
-        data: &data,
+        input: &input,
+        mode: &mode,
         expected: &expected,
         committed: &committed,
         check: &check,
@@ -427,17 +586,10 @@ async fn run_task_manager(
     node: &sluice_node::NodeConfig,
     parallelism: usize,
 ) -> anyhow::Result<bool> {
-    let catalog = table::catalog(&args.warehouse)?;
+    let mode = Mode::from_args(args)?;
     let (lookup_url, service) = lookup_service(args).await?;
     let env = configure(args, parallelism)?;
-    build_job(
-        &env,
-        args,
-        parallelism,
-        &args.data_dir,
-        &lookup_url,
-        catalog,
-    )?;
+    build_job(&env, args, parallelism, &args.data_dir, &lookup_url, &mode)?;
     let submitted = sluice_node::submit(&env, "clickstream", node)
         .await
         .context("the task manager could not start")?;
@@ -501,6 +653,52 @@ async fn prepare_data(args: &Args) -> anyhow::Result<data::DataSet> {
         .context("generating the click files failed")?
 }
 
+/// Kafka mode's clicks: on a fresh start both topics are created afresh and the clicks produced
+/// into the clicks topic; a restored run reads the clicks topic of the run it resumes as it is.
+async fn prepare_topics(
+    args: &Args,
+    topics: &kafka::Topics,
+    fresh: bool,
+) -> anyhow::Result<kafka::Clicks> {
+    let owned = topics.clone();
+    if !fresh {
+        let clicks = tokio::task::spawn_blocking(move || kafka::existing_clicks(&owned))
+            .await
+            .context("reading the clicks topic failed")??;
+        if let Some(n) = args.events
+            && n != clicks.events
+        {
+            bail!(
+                "--events {n} differs from the {} clicks in the topic {} at {} that the resumed \
+                 run continues to read",
+                clicks.events,
+                topics.clicks,
+                topics.bootstrap
+            );
+        }
+        check_fail_after(args.fail_after, clicks.events)?;
+        return Ok(clicks);
+    }
+    let events = args.events.unwrap_or(DEFAULT_EVENTS);
+    check_fail_after(args.fail_after, events)?;
+    kafka::start_fresh(topics).await?;
+    println!(
+        "producing {} clicks into the Kafka topic {} ({} partitions) at {} ...",
+        grouped(events),
+        topics.clicks,
+        topics.partitions,
+        topics.bootstrap
+    );
+    let took = tokio::task::spawn_blocking(move || kafka::produce(&owned, events))
+        .await
+        .context("producing the clicks failed")??;
+    Ok(kafka::Clicks {
+        events,
+        partitions: topics.partitions as usize,
+        produced: Some(took),
+    })
+}
+
 fn check_fail_after(fail_after: Option<u64>, events: u64) -> anyhow::Result<()> {
     match fail_after {
         Some(n) if n >= events => bail!(
@@ -553,25 +751,41 @@ fn build_job(
     parallelism: usize,
     data_dir: &Path,
     lookup_url: &str,
-    catalog: sluice_iceberg::IcebergCatalog,
+    mode: &Mode,
 ) -> anyhow::Result<Probes> {
     let failures = match args.fail_after {
         // Each reader subtask reads about 1/p of the clicks.
         Some(n) => FailureInjector::at_record(0, (n / parallelism as u64).max(1)),
         None => FailureInjector::at_record(0, u64::MAX).times(0),
     };
-    let clicks = env
-        .from_source(FileSource::<RawClick>::csv(data_dir), None, SOURCE)
+    let lateness = Duration::from_millis(events::MAX_LATENESS_MS);
+    let raw = match mode {
+        Mode::Iceberg(_) => env.from_source(FileSource::<RawClick>::csv(data_dir), None, SOURCE),
+        // The same strategy as the files' below, run by the source for each partition: a
+        // reader's watermark is the least of its partitions'.
+        Mode::Kafka(topics) => env.from_source(
+            kafka::source(topics)?,
+            Some(WatermarkStrategy::for_bounded_out_of_orderness(
+                lateness,
+                |c: &RawClick| c.time_ms,
+            )),
+            KAFKA_SOURCE,
+        ),
+    };
+    let parsed = raw
         .process(failures.clone())
         .name("Fault injection")
         .filter(|c: &RawClick| !events::is_bot(c))
         .name("Drop bots")
         .flat_map(events::parse)
-        .name("Parse")
-        .assign_timestamps_and_watermarks(WatermarkStrategy::for_bounded_out_of_orderness(
-            Duration::from_millis(events::MAX_LATENESS_MS),
-            |c: &Click| c.timestamp_ms,
-        ));
+        .name("Parse");
+    let clicks = match mode {
+        Mode::Iceberg(_) => parsed.assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_bounded_out_of_orderness(lateness, |c: &Click| c.timestamp_ms),
+        ),
+        // The records carry the event times the source gave them, through the filters.
+        Mode::Kafka(_) => parsed,
+    };
 
     let enriched = enrich(&clicks, args, lookup_url)?;
     let minutes =
@@ -593,7 +807,14 @@ fn build_job(
             },
         )
         .name("Clicks per user per minute");
-    table::sink(catalog, &args.table).sink(&rows);
+    match mode {
+        Mode::Iceberg(catalog) => {
+            table::sink(catalog.clone(), &args.table).sink(&rows);
+        }
+        Mode::Kafka(topics) => {
+            rows.sink_to_kafka(kafka::sink(topics)?);
+        }
+    }
     Ok(Probes {
         late_clicks,
         failures,
@@ -681,18 +902,35 @@ fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-fn print_header(args: &Args, parallelism: usize, data: &data::DataSet, lookup_url: &str) {
-    let files = match data.generated {
-        Some(took) => format!("generated in {:.1} s", took.as_secs_f64()),
-        None => "generated by an earlier run".to_string(),
-    };
-    println!(
-        "clickstream: {} clicks of {USERS} users (Zipf s={ZIPF_EXPONENT}) in {} CSV files ({:.1} MB, {files}) in {}, parallelism {parallelism}",
-        grouped(data.events),
-        data.files.len(),
-        data.bytes as f64 / 1e6,
-        absolute(&data.dir).display(),
-    );
+fn print_header(args: &Args, parallelism: usize, input: &Input, lookup_url: &str) {
+    match input {
+        Input::Files(data) => {
+            let files = match data.generated {
+                Some(took) => format!("generated in {:.1} s", took.as_secs_f64()),
+                None => "generated by an earlier run".to_string(),
+            };
+            println!(
+                "clickstream: {} clicks of {USERS} users (Zipf s={ZIPF_EXPONENT}) in {} CSV files ({:.1} MB, {files}) in {}, parallelism {parallelism}",
+                grouped(data.events),
+                data.files.len(),
+                data.bytes as f64 / 1e6,
+                absolute(&data.dir).display(),
+            );
+        }
+        Input::Kafka(clicks) => {
+            let produced = match clicks.produced {
+                Some(took) => format!("produced in {:.1} s", took.as_secs_f64()),
+                None => "produced by an earlier run".to_string(),
+            };
+            println!(
+                "clickstream: {} clicks of {USERS} users (Zipf s={ZIPF_EXPONENT}) in the Kafka topic {} ({}, keyed by user, {produced}) at {}, parallelism {parallelism}",
+                grouped(clicks.events),
+                args.kafka_clicks_topic,
+                counted(clicks.partitions as u64, "partition"),
+                args.kafka.as_deref().unwrap_or_default(),
+            );
+        }
+    }
     let service = match (args.lookup, &args.lookup_url) {
         (stores::Store::Redis, _) => {
             format!("Redis server (MGET, batches of {})", args.lookup_batch_size)
@@ -714,15 +952,28 @@ fn print_header(args: &Args, parallelism: usize, data: &data::DataSet, lookup_ur
         args.capacity,
         args.lookup_timeout_ms
     );
-    println!(
-        "clicks per user per minute into the Iceberg table {} (warehouse {}), range-distributed over {parallelism} writers",
-        args.table,
-        absolute(&args.warehouse).display(),
-    );
-    let start = match &args.restore {
-        Some(dir) => format!("restoring from {}", dir.display()),
-        None => "table created afresh".to_string(),
+    let start = match (&args.restore, &args.kafka) {
+        (Some(dir), _) => format!("restoring from {}", dir.display()),
+        (None, Some(_)) if args.resume => {
+            "resuming from the newest checkpoint, if any; the topics kept".to_string()
+        }
+        (None, Some(_)) => "topics created afresh".to_string(),
+        (None, None) => "table created afresh".to_string(),
     };
+    match &args.kafka {
+        Some(bootstrap) => println!(
+            "clicks per user per minute exactly once into the Kafka topic {} at {bootstrap} \
+             (JSON, keyed by user; one transaction per checkpoint and subtask, transactional \
+             ids {}-*), over {parallelism} writers",
+            args.kafka_counts_topic,
+            kafka::transactional_id_prefix(&args.kafka_counts_topic),
+        ),
+        None => println!(
+            "clicks per user per minute into the Iceberg table {} (warehouse {}), range-distributed over {parallelism} writers",
+            args.table,
+            absolute(&args.warehouse).display(),
+        ),
+    }
     println!(
         "checkpoints every {} ms in {}; {start}",
         args.checkpoint_interval_ms,
@@ -743,9 +994,10 @@ async fn watch(
     probes: &Probes,
     args: &Args,
     events: u64,
+    source: &'static str,
 ) -> anyhow::Result<Watched> {
     let started = Instant::now();
-    let mut progress = Progress::new(events, SOURCE);
+    let mut progress = Progress::new(events, source);
     let mut checkpoints = Checkpoints::new(job.observer());
     let mut samples = tokio::time::interval(SAMPLE_EVERY);
     samples.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -778,7 +1030,7 @@ async fn watch(
                          last completed checkpoint ({last})"
                     ));
                 }
-                report_restores(checkpoints.refresh(), &progress);
+                report_restores(checkpoints.refresh(), &progress, source);
                 tick += 1;
                 if tick.is_multiple_of(ticks_per_update) {
                     progress.update(Reading {
@@ -790,7 +1042,7 @@ async fn watch(
             }
         }
     };
-    report_restores(checkpoints.refresh(), &progress);
+    report_restores(checkpoints.refresh(), &progress, source);
     progress.finish();
     Ok(Watched {
         result: result.context("the clickstream job failed")?,
@@ -801,7 +1053,12 @@ async fn watch(
 }
 
 /// Prints `restores`: (attempt, the checkpoint it restored).
-fn report_restores(restores: Vec<(u32, Option<u64>)>, progress: &Progress) {
+fn report_restores(restores: Vec<(u32, Option<u64>)>, progress: &Progress, source: &str) {
+    let offsets = if source == KAFKA_SOURCE {
+        "partition"
+    } else {
+        "file"
+    };
     for (attempt, restored) in restores {
         let who = match attempt {
             0 => "the job".to_string(),
@@ -809,7 +1066,7 @@ fn report_restores(restores: Vec<(u32, Option<u64>)>, progress: &Progress) {
         };
         progress.println(&match restored {
             Some(id) => format!(
-                "  ** {who} restored chk-{id}: readers resume at their file \
+                "  ** {who} restored chk-{id}: readers resume at their {offsets} \
                  offsets, windows and lookups in flight as they were"
             ),
             None => format!(
@@ -826,9 +1083,10 @@ struct Summary<'a> {
     probes: &'a Probes,
     args: &'a Args,
     parallelism: usize,
-    data: &'a data::DataSet,
+    input: &'a Input,
+    mode: &'a Mode,
     expected: &'a Expected,
-    committed: &'a table::Committed,
+    committed: &'a Output,
     check: &'a table::Check,
 }
 
@@ -840,8 +1098,9 @@ fn print_summary(s: &Summary<'_>) {
         "clickstream finished in {:.1} s",
         s.watched.elapsed.as_secs_f64()
     );
-    let read = result.metrics.operator(SOURCE).records_out;
-    let reread = if read > s.data.events {
+    let read = result.metrics.operator(s.mode.source_name()).records_out;
+    let events = s.input.events();
+    let reread = if read > events {
         format!(
             ", {} read in all (clicks after the restored checkpoint are read again)",
             grouped(read)
@@ -849,26 +1108,55 @@ fn print_summary(s: &Summary<'_>) {
     } else {
         String::new()
     };
+    let from = match s.input {
+        Input::Files(data) => format!("{} files", data.files.len()),
+        Input::Kafka(clicks) => format!(
+            "the topic {} ({})",
+            s.args.kafka_clicks_topic,
+            counted(clicks.partitions as u64, "partition")
+        ),
+    };
     row(
         "clicks in",
         format!(
-            "{} from {} files{reread}; {} bots and {} invalid urls dropped, {} passed",
-            grouped(s.data.events),
-            s.data.files.len(),
+            "{} from {from}{reread}; {} bots and {} invalid urls dropped, {} passed",
+            grouped(events),
             grouped(s.expected.bots),
             grouped(s.expected.invalid),
             grouped(s.expected.passed()),
         ),
     );
-    let overview = &s.committed.overview;
+    let what = format!(
+        "{} ({}, {})",
+        counted(check.rows, "row"),
+        counted(check.users, "user"),
+        counted(check.minutes, "minute"),
+    );
+    let overview = match s.committed {
+        Output::Table(committed) => &committed.overview,
+        Output::Kafka(committed) => {
+            row(
+                "committed",
+                format!(
+                    "{what} in the topic {}, read back with read_committed",
+                    s.args.kafka_counts_topic,
+                ),
+            );
+            let partitions: Vec<String> = committed
+                .per_partition
+                .iter()
+                .map(|(p, records)| format!("#{p}: {}", counted(*records, "record")))
+                .collect();
+            row("per partition", partitions.join(", "));
+            print_rest_of_summary(s, read);
+            return;
+        }
+    };
     let bytes: u64 = overview.files.iter().map(|f| f.bytes).sum();
     row(
         "committed",
         format!(
-            "{} ({}, {}) in {} ({:.1} MB), {}",
-            counted(check.rows, "row"),
-            counted(check.users, "user"),
-            counted(check.minutes, "minute"),
+            "{what} in {} ({:.1} MB), {}",
             counted(overview.files.len() as u64, "data file"),
             bytes as f64 / 1e6,
             counted(overview.snapshots as u64, "snapshot"),
@@ -896,6 +1184,13 @@ fn print_summary(s: &Summary<'_>) {
         })
         .collect();
     row("per writer", writers.join(", "));
+    print_rest_of_summary(s, read);
+}
+
+/// The summary from its throughput on, the same in both modes.
+fn print_rest_of_summary(s: &Summary<'_>, read: u64) {
+    let (result, check) = (&s.watched.result, s.check);
+    let row = |name: &str, text: String| println!("  {name:<12} {text}");
     row(
         "throughput",
         format!(
@@ -949,12 +1244,16 @@ fn print_summary(s: &Summary<'_>) {
         .collect();
     row("top users", top.join(", "));
     let late = s.probes.late_clicks.get();
+    let output = match s.mode {
+        Mode::Iceberg(_) => s.args.table.clone(),
+        Mode::Kafka(topics) => format!("the Kafka topic {} (read_committed)", topics.counts),
+    };
     if check.passed() {
         println!(
             "output check: PASSED: read back from {}: {} rows, one per (user, minute) the clicks \
              give, none twice, every count right, adding up to the {} clicks that passed the \
              filters",
-            s.args.table,
+            output,
             grouped(check.rows),
             grouped(check.passed),
         );
@@ -963,7 +1262,7 @@ fn print_summary(s: &Summary<'_>) {
             "output check: FAILED: read back from {}: {} rows for {} (user, minute) pairs, {} \
              twice, {} missing or with a wrong count, {} unexpected; {} clicks counted for {} \
              that passed the filters; {} late clicks dropped by the window",
-            s.args.table,
+            output,
             grouped(check.rows),
             grouped(check.expected_keys),
             grouped(check.duplicates),

@@ -110,6 +110,17 @@ pub struct Generated {
 }
 
 impl Generated {
+    /// Who clicked (the Kafka mode's record key).
+    pub fn user(&self) -> u64 {
+        self.user
+    }
+
+    /// The event time, in milliseconds since the Unix epoch (the Kafka mode's record
+    /// timestamp).
+    pub fn time_ms(&self) -> i64 {
+        self.time_ms
+    }
+
     /// Writes the event as one CSV line (no field needs quoting).
     pub fn write_csv(&self, out: &mut impl Write) -> io::Result<()> {
         writeln!(
