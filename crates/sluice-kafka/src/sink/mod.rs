@@ -129,6 +129,44 @@ impl<T> Clone for KafkaSink<T> {
 struct Slot {
     producer: Option<SinkProducer>,
     busy: bool,
+    /// A producer being made for the slot on its own thread (after a commit, or while the
+    /// pool is fenced), taken at the slot's next use.
+    making: Option<Making>,
+}
+
+/// A producer being made (and its transactional id initialised) on a thread of its own.
+type Making = std::thread::JoinHandle<Result<SinkProducer, KafkaError>>;
+
+/// Makes a transactional producer for `id` on a thread of its own, dropping `old` there first,
+/// so that the task does not wait for librdkafka's start and `init_transactions` (a round trip
+/// to the transaction coordinator) unless it needs the producer at once.
+fn make_in_background(
+    settings: &KafkaSettings,
+    id: String,
+    transaction_timeout: Duration,
+    request_timeout: Duration,
+    old: Option<SinkProducer>,
+) -> Result<Making, UserError> {
+    let settings = settings.clone();
+    std::thread::Builder::new()
+        .name(format!("kafka-producer-{id}"))
+        .spawn(move || {
+            drop(old);
+            SinkProducer::create(&settings, Some(&id), transaction_timeout, request_timeout)
+        })
+        .map_err(|e| format!("cannot start a thread to make a Kafka producer: {e}").into())
+}
+
+/// Waits for a producer made by [`make_in_background`].
+fn wait_made(making: Making) -> Result<SinkProducer, UserError> {
+    match producer::blocking(|| making.join()) {
+        Ok(made) => made.map_err(user),
+        Err(panic) => Err(format!(
+            "making a Kafka producer panicked: {}",
+            sluice_core::panic_message(&*panic)
+        )
+        .into()),
+    }
 }
 
 /// What one subtask holds while it runs.
@@ -326,8 +364,12 @@ impl<T> KafkaSink<T> {
             .get_mut(slot as usize)
             .ok_or_else(|| format!("no slot {slot} in the pool of {}", r.operator))?;
         if s.producer.is_none() {
-            s.producer =
-                Some(SinkProducer::create(&settings, Some(&id), timeout, request).map_err(user)?);
+            s.producer = Some(match s.making.take() {
+                Some(making) => wait_made(making)?,
+                None => {
+                    SinkProducer::create(&settings, Some(&id), timeout, request).map_err(user)?
+                }
+            });
         }
         s.producer
             .as_ref()
@@ -345,6 +387,21 @@ impl<T> KafkaSink<T> {
 
     /// Makes every slot's producer: fences each id of the own group, aborting what is open.
     fn fence_own_group(&mut self) -> Result<(), UserError> {
+        // All ids at once: each initialisation is a round trip to the transaction coordinator.
+        let (settings, timeout, request, prefix) = (
+            self.settings.clone(),
+            self.transaction_timeout,
+            self.request_timeout,
+            self.prefix.clone(),
+        );
+        let r = self.running()?;
+        let group = r.group;
+        for (slot, s) in r.slots.iter_mut().enumerate() {
+            if s.producer.is_none() && s.making.is_none() {
+                let id = group.id(&prefix, slot as u32);
+                s.making = Some(make_in_background(&settings, id, timeout, request, None)?);
+            }
+        }
         for slot in 0..self.pool_size {
             self.slot_producer(slot)?;
         }
@@ -367,11 +424,19 @@ impl<T> KafkaSink<T> {
     /// Frees the slot of a finished transaction; after one that reached the broker the slot
     /// gets a new producer (a new epoch) before its next use (see `pool.rs`).
     fn release(&mut self, slot: u32, renew: bool) -> Result<(), UserError> {
+        let (settings, timeout, request, prefix) = (
+            self.settings.clone(),
+            self.transaction_timeout,
+            self.request_timeout,
+            self.prefix.clone(),
+        );
         let r = self.running()?;
+        let id = r.group.id(&prefix, slot);
         if let Some(s) = r.slots.get_mut(slot as usize) {
             s.busy = false;
             if renew {
-                s.producer = None;
+                let old = s.producer.take();
+                s.making = Some(make_in_background(&settings, id, timeout, request, old)?);
             }
         }
         Ok(())
@@ -412,6 +477,7 @@ impl<T: Data> TwoPhaseCommitSink<T> for KafkaSink<T> {
                 .map(|_| Slot {
                     producer: None,
                     busy: false,
+                    making: None,
                 })
                 .collect(),
             parts: Parts::default(),
@@ -622,16 +688,20 @@ impl<T: Data> TwoPhaseCommitSink<T> for KafkaSink<T> {
             }
         }
         // Fence every other group the restored states name, then take the own one into use.
+        let mut fencing = Vec::new();
         for group in pool::foreign_groups(own, groups) {
             for id in group.ids(&self.prefix) {
-                SinkProducer::create(
+                fencing.push(make_in_background(
                     &self.settings,
-                    Some(&id),
+                    id,
                     self.transaction_timeout,
                     self.request_timeout,
-                )
-                .map_err(user)?;
+                    None,
+                )?);
             }
+        }
+        for making in fencing {
+            drop(wait_made(making)?);
         }
         if self.guarantee == DeliveryGuarantee::ExactlyOnce {
             self.fence_own_group()?;

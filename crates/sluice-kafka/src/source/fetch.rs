@@ -194,6 +194,31 @@ pub(crate) enum Fetched {
     /// A partition reached its end: the consumer's positions of every assigned partition
     /// (sent only when the reader has stopping offsets).
     Positions(Vec<(TopicPartition, i64)>),
+    /// librdkafka gave up on something it will not retry (the message says what): the reader
+    /// fails its subtask with it.
+    Failed(String),
+}
+
+/// Whether a consume error is one librdkafka will not get past by retrying: a response it
+/// cannot take (too large for `receive.message.max.bytes`, or malformed), a refused
+/// authorization, or a fatal client error. Anything else (brokers down, leaders moving) it
+/// retries by itself.
+pub(crate) fn fatal(error: &RdKafkaError) -> bool {
+    use RDKafkaErrorCode as C;
+    match error {
+        RdKafkaError::MessageConsumption(code) | RdKafkaError::Global(code) => matches!(
+            code,
+            C::BadMessage
+                | C::MessageSizeTooLarge
+                | C::TopicAuthorizationFailed
+                | C::GroupAuthorizationFailed
+                | C::ClusterAuthorizationFailed
+                | C::SaslAuthenticationFailed
+                | C::Authentication
+                | C::Fatal
+        ),
+        _ => false,
+    }
 }
 
 /// What the task asks of the fetch thread, merged until the thread takes it.
@@ -366,6 +391,13 @@ fn fetch_loop(
                     ended = true;
                     break;
                 }
+                Err(e) if fatal(&e) => {
+                    let _ = tx.blocking_send(Fetched::Failed(format!(
+                        "fetching from Kafka failed and cannot be retried: {e} (a response \
+                         larger than receive.message.max.bytes is reported as a bad message)"
+                    )));
+                    return;
+                }
                 Err(e) => {
                     tracing::warn!("kafka source: fetching failed (librdkafka retries): {e}");
                     break;
@@ -402,6 +434,21 @@ fn fetch_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_errors_librdkafka_cannot_retry_past_are_fatal() {
+        use RDKafkaErrorCode as C;
+        assert!(fatal(&RdKafkaError::MessageConsumption(C::BadMessage)));
+        assert!(fatal(&RdKafkaError::MessageConsumption(
+            C::TopicAuthorizationFailed
+        )));
+        assert!(fatal(&RdKafkaError::Global(C::Fatal)));
+        assert!(!fatal(&RdKafkaError::MessageConsumption(C::AllBrokersDown)));
+        assert!(!fatal(&RdKafkaError::MessageConsumption(
+            C::NotLeaderForPartition
+        )));
+        assert!(!fatal(&RdKafkaError::PartitionEOF(0)));
+    }
 
     #[test]
     fn a_batch_keeps_every_record_in_one_buffer() {

@@ -166,6 +166,9 @@ impl<T: Data> SourceReader for KafkaReader<T> {
             }
             match self.fetcher.poll_recv(cx) {
                 Poll::Ready(Some(Fetched::Batch(b))) => self.current = Some((b, 0)),
+                Poll::Ready(Some(Fetched::Failed(message))) => {
+                    return Poll::Ready(Err(message.into()));
+                }
                 Poll::Ready(Some(Fetched::Positions(positions))) => {
                     for (tp, position) in positions {
                         let done = self
