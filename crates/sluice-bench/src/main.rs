@@ -62,6 +62,10 @@ enum Command {
     /// files of the same size, and on skewed keys at 8 writers the data files and mean file size
     /// per distribution mode (none, hash, range).
     IcebergSink(scenarios::iceberg::Args),
+    /// Kafka against a real broker (`SLUICE_KAFKA_BOOTSTRAP`): the bounded KafkaSource at
+    /// parallelism 1 beside a plain rdkafka consumer loop, and the KafkaSink exactly-once and
+    /// at-least-once beside a plain rdkafka producer loop.
+    Kafka(scenarios::kafka::Args),
     /// End to end, one fresh process per run: sequence -> async wait (completes at once) ->
     /// key_by -> 1-minute tumbling window count per key -> discard, checkpoints every second, at
     /// parallelism 1 and 2; records/s, start-up time and peak memory (beside Flink:
@@ -104,6 +108,7 @@ fn main() -> anyhow::Result<()> {
         Command::Source(args) => scenarios::source::run(&args),
         Command::Failover(args) => scenarios::failover::run(&args),
         Command::IcebergSink(args) => scenarios::iceberg::run(&args),
+        Command::Kafka(args) => scenarios::kafka::run(&args),
         Command::E2e(args) => scenarios::e2e::run(&args),
         Command::E2eProbe(args) => scenarios::e2e::probe(&args),
         Command::Cluster(args) => scenarios::cluster::run(&args),

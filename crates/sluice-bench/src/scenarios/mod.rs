@@ -8,6 +8,7 @@ pub mod coordinator;
 pub mod e2e;
 pub mod failover;
 pub mod iceberg;
+pub mod kafka;
 pub mod lookup;
 pub mod pipeline;
 pub mod shuffle;
