@@ -6,7 +6,7 @@
 
 mod clickstream_common;
 
-use clickstream_common::example_binary;
+use clickstream_common::{assert_passed, example_binary};
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -38,22 +38,6 @@ fn run_example(dir: &Path, extra: &[&str]) -> Output {
         .current_dir(dir)
         .output()
         .expect("the example starts")
-}
-
-/// Asserts a zero exit status and the check's verdict; returns stdout and stderr.
-fn assert_passed(output: &Output) -> (String, String) {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(
-        output.status.success(),
-        "the example failed ({}):\n{stdout}\n{stderr}",
-        output.status
-    );
-    assert!(
-        stdout.contains("output check: PASSED"),
-        "no passing check in the summary:\n{stdout}\n{stderr}"
-    );
-    (stdout, stderr)
 }
 
 #[test]

@@ -12,7 +12,7 @@ mod clickstream_common;
 #[path = "../examples/clickstream/events.rs"]
 mod events;
 
-use clickstream_common::example_binary;
+use clickstream_common::{assert_passed, example_binary};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -76,22 +76,6 @@ fn run_example(dir: &Path, bootstrap: &str, clicks: &str, counts: &str, extra: &
         .current_dir(dir)
         .output()
         .expect("the example starts")
-}
-
-/// Asserts a zero exit status and the check's verdict; returns stdout and stderr.
-fn assert_passed(output: &Output) -> (String, String) {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(
-        output.status.success(),
-        "the example failed ({}):\n{stdout}\n{stderr}",
-        output.status
-    );
-    assert!(
-        stdout.contains("output check: PASSED"),
-        "no passing check in the summary:\n{stdout}\n{stderr}"
-    );
-    (stdout, stderr)
 }
 
 /// The independent reader: confluent-kafka, `read_committed`, every partition from offset 0 to

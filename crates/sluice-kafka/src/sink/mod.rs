@@ -99,28 +99,68 @@ enum Txn {
 /// env.execute_blocking("greetings").unwrap();
 /// ```
 pub struct KafkaSink<T> {
-    settings: KafkaSettings,
+    spec: ProducerSpec,
     serializer: KafkaRecordSerializer<T>,
     guarantee: DeliveryGuarantee,
     prefix: String,
     pool_size: u32,
-    transaction_timeout: Duration,
-    request_timeout: Duration,
     running: Option<Running>,
 }
 
 impl<T> Clone for KafkaSink<T> {
     fn clone(&self) -> Self {
         KafkaSink {
-            settings: self.settings.clone(),
+            spec: self.spec.clone(),
             serializer: self.serializer.clone(),
             guarantee: self.guarantee,
             prefix: self.prefix.clone(),
             pool_size: self.pool_size,
-            transaction_timeout: self.transaction_timeout,
-            request_timeout: self.request_timeout,
             running: None,
         }
+    }
+}
+
+/// What every producer of a sink is made with.
+#[derive(Clone)]
+struct ProducerSpec {
+    settings: KafkaSettings,
+    transaction_timeout: Duration,
+    request_timeout: Duration,
+}
+
+impl ProducerSpec {
+    /// A producer, transactional with `id` (its id initialised, so fenced).
+    fn make(&self, id: Option<&str>) -> Result<SinkProducer, UserError> {
+        SinkProducer::create(
+            &self.settings,
+            id,
+            self.transaction_timeout,
+            self.request_timeout,
+        )
+        .map_err(user)
+    }
+
+    /// Makes a transactional producer for `id` on a thread of its own, dropping `old` there
+    /// first, so that the task does not wait for librdkafka's start and `init_transactions` (a
+    /// round trip to the transaction coordinator) unless it needs the producer at once.
+    fn make_in_background(
+        &self,
+        id: String,
+        old: Option<SinkProducer>,
+    ) -> Result<Making, UserError> {
+        let spec = self.clone();
+        std::thread::Builder::new()
+            .name(format!("kafka-producer-{id}"))
+            .spawn(move || {
+                drop(old);
+                SinkProducer::create(
+                    &spec.settings,
+                    Some(&id),
+                    spec.transaction_timeout,
+                    spec.request_timeout,
+                )
+            })
+            .map_err(|e| format!("cannot start a thread to make a Kafka producer: {e}").into())
     }
 }
 
@@ -137,27 +177,7 @@ struct Slot {
 /// A producer being made (and its transactional id initialised) on a thread of its own.
 type Making = std::thread::JoinHandle<Result<SinkProducer, KafkaError>>;
 
-/// Makes a transactional producer for `id` on a thread of its own, dropping `old` there first,
-/// so that the task does not wait for librdkafka's start and `init_transactions` (a round trip
-/// to the transaction coordinator) unless it needs the producer at once.
-fn make_in_background(
-    settings: &KafkaSettings,
-    id: String,
-    transaction_timeout: Duration,
-    request_timeout: Duration,
-    old: Option<SinkProducer>,
-) -> Result<Making, UserError> {
-    let settings = settings.clone();
-    std::thread::Builder::new()
-        .name(format!("kafka-producer-{id}"))
-        .spawn(move || {
-            drop(old);
-            SinkProducer::create(&settings, Some(&id), transaction_timeout, request_timeout)
-        })
-        .map_err(|e| format!("cannot start a thread to make a Kafka producer: {e}").into())
-}
-
-/// Waits for a producer made by [`make_in_background`].
+/// Waits for a producer made by [`ProducerSpec::make_in_background`].
 fn wait_made(making: Making) -> Result<SinkProducer, UserError> {
     match producer::blocking(|| making.join()) {
         Ok(made) => made.map_err(user),
@@ -314,13 +334,15 @@ impl<T> KafkaSinkBuilder<T> {
             )));
         }
         Ok(KafkaSink {
-            settings: self.settings,
+            spec: ProducerSpec {
+                settings: self.settings,
+                transaction_timeout: self.transaction_timeout,
+                request_timeout: self.request_timeout,
+            },
             serializer,
             guarantee: self.guarantee,
             prefix,
             pool_size: self.pool_size,
-            transaction_timeout: self.transaction_timeout,
-            request_timeout: self.request_timeout,
             running: None,
         })
     }
@@ -351,14 +373,16 @@ impl<T> KafkaSink<T> {
 
     /// The producer of slot `slot`, made (and its id fenced) when missing.
     fn slot_producer(&mut self, slot: u32) -> Result<&SinkProducer, UserError> {
-        let (settings, timeout, request, prefix) = (
-            self.settings.clone(),
-            self.transaction_timeout,
-            self.request_timeout,
-            self.prefix.clone(),
-        );
-        let r = self.running()?;
-        let id = r.group.id(&prefix, slot);
+        let KafkaSink {
+            spec,
+            prefix,
+            running,
+            ..
+        } = self;
+        let r = running
+            .as_mut()
+            .ok_or("the Kafka sink was used before it was opened")?;
+        let id = r.group.id(prefix, slot);
         let s = r
             .slots
             .get_mut(slot as usize)
@@ -366,9 +390,7 @@ impl<T> KafkaSink<T> {
         if s.producer.is_none() {
             s.producer = Some(match s.making.take() {
                 Some(making) => wait_made(making)?,
-                None => {
-                    SinkProducer::create(&settings, Some(&id), timeout, request).map_err(user)?
-                }
+                None => spec.make(Some(&id))?,
             });
         }
         s.producer
@@ -388,18 +410,19 @@ impl<T> KafkaSink<T> {
     /// Makes every slot's producer: fences each id of the own group, aborting what is open.
     fn fence_own_group(&mut self) -> Result<(), UserError> {
         // All ids at once: each initialisation is a round trip to the transaction coordinator.
-        let (settings, timeout, request, prefix) = (
-            self.settings.clone(),
-            self.transaction_timeout,
-            self.request_timeout,
-            self.prefix.clone(),
-        );
-        let r = self.running()?;
+        let KafkaSink {
+            spec,
+            prefix,
+            running,
+            ..
+        } = self;
+        let r = running
+            .as_mut()
+            .ok_or("the Kafka sink was used before it was opened")?;
         let group = r.group;
         for (slot, s) in r.slots.iter_mut().enumerate() {
             if s.producer.is_none() && s.making.is_none() {
-                let id = group.id(&prefix, slot as u32);
-                s.making = Some(make_in_background(&settings, id, timeout, request, None)?);
+                s.making = Some(spec.make_in_background(group.id(prefix, slot as u32), None)?);
             }
         }
         for slot in 0..self.pool_size {
@@ -410,11 +433,12 @@ impl<T> KafkaSink<T> {
     }
 
     fn plain(&mut self) -> Result<&SinkProducer, UserError> {
-        let (settings, request) = (self.settings.clone(), self.request_timeout);
-        let r = self.running()?;
+        let KafkaSink { spec, running, .. } = self;
+        let r = running
+            .as_mut()
+            .ok_or("the Kafka sink was used before it was opened")?;
         if r.plain.is_none() {
-            r.plain =
-                Some(SinkProducer::create(&settings, None, Duration::ZERO, request).map_err(user)?);
+            r.plain = Some(spec.make(None)?);
         }
         r.plain
             .as_ref()
@@ -424,19 +448,21 @@ impl<T> KafkaSink<T> {
     /// Frees the slot of a finished transaction; after one that reached the broker the slot
     /// gets a new producer (a new epoch) before its next use (see `pool.rs`).
     fn release(&mut self, slot: u32, renew: bool) -> Result<(), UserError> {
-        let (settings, timeout, request, prefix) = (
-            self.settings.clone(),
-            self.transaction_timeout,
-            self.request_timeout,
-            self.prefix.clone(),
-        );
-        let r = self.running()?;
-        let id = r.group.id(&prefix, slot);
+        let KafkaSink {
+            spec,
+            prefix,
+            running,
+            ..
+        } = self;
+        let r = running
+            .as_mut()
+            .ok_or("the Kafka sink was used before it was opened")?;
+        let id = r.group.id(prefix, slot);
         if let Some(s) = r.slots.get_mut(slot as usize) {
             s.busy = false;
             if renew {
                 let old = s.producer.take();
-                s.making = Some(make_in_background(&settings, id, timeout, request, old)?);
+                s.making = Some(spec.make_in_background(id, old)?);
             }
         }
         Ok(())
@@ -449,13 +475,13 @@ impl<T: Data> TwoPhaseCommitSink<T> for KafkaSink<T> {
     fn validate(&self, checkpoints: Option<&CheckpointSettings>) -> Result<(), UserError> {
         if self.guarantee == DeliveryGuarantee::ExactlyOnce
             && let Some(c) = checkpoints
-            && self.transaction_timeout <= c.interval
+            && self.spec.transaction_timeout <= c.interval
         {
             return Err(format!(
                 "the Kafka transaction timeout ({} ms, transaction.timeout.ms) must be longer than \
                  the checkpoint interval ({} ms): a broker would abort each transaction before its \
                  checkpoint completes",
-                self.transaction_timeout.as_millis(),
+                self.spec.transaction_timeout.as_millis(),
                 c.interval.as_millis()
             )
             .into());
@@ -646,7 +672,7 @@ impl<T: Data> TwoPhaseCommitSink<T> for KafkaSink<T> {
                 )
                 .into());
             };
-            let servers = self.settings.bootstrap_servers().to_string();
+            let servers = self.spec.settings.bootstrap_servers().to_string();
             let answer = producer::blocking(|| {
                 resume::commit(
                     &servers,
@@ -691,13 +717,7 @@ impl<T: Data> TwoPhaseCommitSink<T> for KafkaSink<T> {
         let mut fencing = Vec::new();
         for group in pool::foreign_groups(own, groups) {
             for id in group.ids(&self.prefix) {
-                fencing.push(make_in_background(
-                    &self.settings,
-                    id,
-                    self.transaction_timeout,
-                    self.request_timeout,
-                    None,
-                )?);
+                fencing.push(self.spec.make_in_background(id, None)?);
             }
         }
         for making in fencing {

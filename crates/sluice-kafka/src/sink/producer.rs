@@ -39,7 +39,8 @@ pub(crate) fn acquired_identity(line: &str) -> Option<ProducerIdentity> {
 #[derive(Default)]
 struct Shared {
     identity: Option<ProducerIdentity>,
-    delivery_error: Option<String>,
+    /// The first failed delivery: its topic and what failed.
+    delivery_error: Option<(String, String)>,
 }
 
 /// The producers' context (see the module docs).
@@ -98,10 +99,13 @@ impl ProducerContext for SinkContext {
             use rdkafka::Message;
             let mut shared = self.lock();
             if shared.delivery_error.is_none() {
-                shared.delivery_error = Some(format!(
-                    "delivery to {}-{} failed: {e}",
-                    message.topic(),
-                    message.partition()
+                shared.delivery_error = Some((
+                    message.topic().to_string(),
+                    format!(
+                        "delivery to {}-{} failed: {e}",
+                        message.topic(),
+                        message.partition()
+                    ),
                 ));
             }
         }
@@ -235,14 +239,7 @@ impl SinkProducer {
     /// Fails with the first delivery error seen, if any.
     pub(crate) fn check_delivery(&self) -> Result<(), KafkaError> {
         match self.context.lock().delivery_error.take() {
-            Some(message) => Err(KafkaError::Send {
-                topic: message
-                    .split_whitespace()
-                    .nth(2)
-                    .unwrap_or_default()
-                    .to_string(),
-                message,
-            }),
+            Some((topic, message)) => Err(KafkaError::Send { topic, message }),
             None => Ok(()),
         }
     }

@@ -1,6 +1,8 @@
-//! What the example tests share: the example binary beside the test binary.
+//! What the example tests share: the example binary beside the test binary, and the check
+//! that a run passed.
 
 use std::path::{Path, PathBuf};
+use std::process::Output;
 
 /// The example binary beside this test's: `target/<profile>/deps/<test>` →
 /// `target/<profile>/examples/clickstream`.
@@ -20,4 +22,22 @@ pub fn example_binary() -> PathBuf {
         binary.display()
     );
     binary
+}
+
+/// Asserts a zero exit status and the check's verdict; returns stdout and stderr.
+// Not every example test uses it (each test file compiles this module on its own).
+#[allow(dead_code)]
+pub fn assert_passed(output: &Output) -> (String, String) {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "the example failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert!(
+        stdout.contains("output check: PASSED"),
+        "no passing check in the summary:\n{stdout}\n{stderr}"
+    );
+    (stdout, stderr)
 }
