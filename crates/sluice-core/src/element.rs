@@ -111,6 +111,21 @@ impl<T> Batch<T> {
         self.records
     }
 
+    /// The same records passed through `f`, with the same timestamps.
+    ///
+    /// ```
+    /// use sluice_core::Batch;
+    /// let b = Batch::with_timestamps(vec![1u32, 2], vec![10, 20]).map(|x| x * 2);
+    /// assert_eq!((b.records(), b.timestamps()), (&[2u32, 4][..], Some(&[10i64, 20][..])));
+    /// ```
+    #[inline]
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Batch<U> {
+        Batch {
+            records: self.records.into_iter().map(f).collect(),
+            timestamps: self.timestamps,
+        }
+    }
+
     /// Each record with its timestamp (`None` for a batch without a column or a record holding
     /// [`NO_TIMESTAMP`]).
     pub fn iter_timed(&self) -> impl Iterator<Item = (&T, Option<i64>)> {
@@ -153,5 +168,17 @@ impl<T> StreamElement<T> {
     #[inline]
     pub fn records(records: Vec<T>) -> Self {
         StreamElement::Records(Batch::new(records))
+    }
+
+    /// The same element with its records (if it carries any) passed through `f`.
+    #[inline]
+    pub fn map_records<U>(self, f: impl FnMut(T) -> U) -> StreamElement<U> {
+        match self {
+            StreamElement::Records(b) => StreamElement::Records(b.map(f)),
+            StreamElement::Watermark(w) => StreamElement::Watermark(w),
+            StreamElement::Status(s) => StreamElement::Status(s),
+            StreamElement::Barrier(b) => StreamElement::Barrier(b),
+            StreamElement::EndOfInput => StreamElement::EndOfInput,
+        }
     }
 }

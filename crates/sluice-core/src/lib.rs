@@ -17,6 +17,7 @@
 
 pub mod codec;
 mod data;
+mod either;
 mod element;
 mod error;
 mod event;
@@ -25,6 +26,7 @@ pub mod sync;
 mod watermark;
 
 pub use data::Data;
+pub use either::Either;
 pub use element::{Batch, CheckpointBarrier, NO_TIMESTAMP, StreamElement};
 pub use error::{UserError, panic_message};
 pub use event::OperatorEvent;

@@ -91,8 +91,8 @@ pub mod window;
 
 pub use api::DataStreamSink;
 pub use api::{
-    CollectHandle, DataStream, Generator, KeyedStream, ProcessedStream, Sink, StreamEnvironment,
-    WindowedStream,
+    CollectHandle, ConnectedStreams, DataStream, Generator, KeyedConnectedStreams, KeyedStream,
+    ProcessedStream, Sink, StreamEnvironment, WindowedStream,
 };
 pub use error::{CoordinatorFailureInfo, JobError, TaskFailure};
 pub use exchange::partitioner::Partitioner;
@@ -111,5 +111,5 @@ pub mod prelude {
         Operator, OperatorContext, OperatorState, Partitioner, Sink, StreamEnvironment,
         WatermarkStrategy,
     };
-    pub use sluice_core::{Data, UserError, Watermark, WatermarkStatus};
+    pub use sluice_core::{Data, Either, UserError, Watermark, WatermarkStatus};
 }

@@ -31,8 +31,8 @@
 
 /// Writing a job: the environment, streams and their sinks.
 pub use sluice_runtime::{
-    CollectHandle, DataStream, DataStreamSink, Generator, KeyedStream, Partitioning,
-    ProcessedStream, Sink, StreamEnvironment, WindowedStream,
+    CollectHandle, ConnectedStreams, DataStream, DataStreamSink, Generator, KeyedConnectedStreams,
+    KeyedStream, Partitioning, ProcessedStream, Sink, StreamEnvironment, WindowedStream,
 };
 /// Writing operators, sources and partitioners.
 pub use sluice_runtime::{

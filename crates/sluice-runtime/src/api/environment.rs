@@ -66,6 +66,11 @@ impl StreamEnvironment {
         sluice_core::sync::lock(&self.inner)
     }
 
+    /// Whether `other` is this environment (a clone of it).
+    pub(crate) fn same_as(&self, other: &StreamEnvironment) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     pub(crate) fn with_graph<R>(&self, f: impl FnOnce(&mut StreamGraph) -> R) -> R {
         f(&mut self.lock().graph)
     }

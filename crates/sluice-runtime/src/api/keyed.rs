@@ -1,5 +1,6 @@
 //! [`KeyedStream`]: a stream partitioned by key.
 
+use crate::api::connected::KeyedConnectedStreams;
 use crate::api::processed::ProcessedStream;
 use crate::api::stream::DataStream;
 use crate::api::windowed::WindowedStream;
@@ -47,6 +48,27 @@ impl<T: Data, K, F: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, K, F> {
             key_fn,
             _k: PhantomData,
         }
+    }
+
+    /// The stream before the keyed exchange, partitioned by key.
+    pub(crate) fn stream(&self) -> &DataStream<T> {
+        &self.stream
+    }
+
+    /// Connects this keyed stream with another keyed by keys of the same type (Flink's
+    /// `KeyedStream.connect`): records of both with equal keys reach the same subtask, where a
+    /// [`KeyedCoProcessFunction`](crate::process::KeyedCoProcessFunction) sees their shared
+    /// state and timers.
+    pub fn connect<B, G>(
+        &self,
+        other: &KeyedStream<B, K, G>,
+    ) -> KeyedConnectedStreams<T, B, K, F, G>
+    where
+        B: Data,
+        K: StateKey,
+        G: Fn(&B) -> K + Clone + Send + 'static,
+    {
+        KeyedConnectedStreams::new(self.clone(), other.clone())
     }
 
     /// The function that extracts the key.

@@ -39,6 +39,7 @@
 //! }
 //! ```
 
+mod connected;
 mod environment;
 mod keyed;
 mod processed;
@@ -48,6 +49,7 @@ mod stream;
 mod two_phase;
 mod windowed;
 
+pub use connected::{ConnectedStreams, KeyedConnectedStreams};
 pub use environment::StreamEnvironment;
 pub use keyed::KeyedStream;
 pub use processed::ProcessedStream;

@@ -1,5 +1,6 @@
 //! [`DataStream`]: a typed stream and the transformations on it.
 
+use crate::api::connected::ConnectedStreams;
 use crate::api::environment::StreamEnvironment;
 use crate::api::keyed::KeyedStream;
 use crate::api::sink::{CollectHandle, CollectSink, DiscardSink, PrintSink, Sink, SinkOp};
@@ -7,11 +8,12 @@ use crate::exchange::partitioner::Partitioner;
 use crate::graph::NodeKind;
 use crate::graph::Partitioning;
 use crate::graph::erased::{
-    BuiltinWriter, CustomWriter, HashWriter, TypedOperator, TypedOutput, WriterFactory,
+    BuiltinWriter, CustomWriter, HashWriter, TwoInputOperator, TypedOperator, TypedOutput,
+    WriterFactory,
 };
 use crate::operator::{FilterOp, FlatMapOp, IdentityOp, MapOp, Operator};
 use crate::watermark::WatermarkStrategy;
-use sluice_core::{Data, NodeId};
+use sluice_core::{Data, Either, NodeId};
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
@@ -167,6 +169,46 @@ impl<T: Data> DataStream<T> {
         DataStream::new(self.env.clone(), id)
     }
 
+    /// Adds the two-input operator `op` (cloned per subtask) under `name`, with this stream as
+    /// its first input and `second` as its second: the first input's records reach it as
+    /// `Either::Left`, the second's as `Either::Right`, each input partitioned as its stream
+    /// says.
+    pub(crate) fn add_two_input<B, Op>(
+        &self,
+        second: &DataStream<B>,
+        name: &str,
+        op: Op,
+    ) -> DataStream<Op::Out>
+    where
+        B: Data,
+        Op: Operator<Either<T, B>> + Clone,
+    {
+        let factory = Arc::new(TwoInputOperator::<T, B, Op>::new(op));
+        let first = (self.node, self.partitioning, self.writer.clone());
+        let other = (second.node, second.partitioning, second.writer.clone());
+        let same = self.env.same_as(&second.env);
+        let id = self.env.with_graph(|g| {
+            let id = g.add_node(
+                name.to_string(),
+                NodeKind::Operator(factory),
+                Arc::new(TypedOutput::<Op::Out>(PhantomData)),
+                false,
+            );
+            g.add_edge(first.0, id, first.1, first.2);
+            if same {
+                g.add_edge(other.0, id, other.1, other.2);
+            }
+            id
+        });
+        let out = DataStream::new(self.env.clone(), id);
+        if !same {
+            out.refuse(format!(
+                "'{name}' connects streams of two different environments"
+            ));
+        }
+        out
+    }
+
     /// Marks the operator producing this stream as misconfigured: submitting the job fails
     /// with `message`, naming the operator (the first message recorded is kept).
     pub(crate) fn refuse(&self, message: String) {
@@ -275,6 +317,13 @@ impl<T: Data> DataStream<T> {
             Partitioning::Custom,
             Arc::new(CustomWriter::<T, P>::new(partitioner)),
         )
+    }
+
+    /// Connects this stream with `other` for a two-input operator (Flink's `connect`): the
+    /// result's `process`, `map` and `flat_map` see this stream's records as the first input
+    /// and `other`'s as the second; `key_by` keys both. See [`ConnectedStreams`].
+    pub fn connect<B: Data>(&self, other: &DataStream<B>) -> ConnectedStreams<T, B> {
+        ConnectedStreams::new(self.clone(), other.clone())
     }
 
     /// Merges this stream with `others` into one stream, named "Union".

@@ -1,4 +1,9 @@
 //! The input gate: a task's input channels, read fairly, with their watermarks merged.
+//!
+//! A two-input task has one gate over the channels of both inputs: each channel of the first
+//! input hands its records on as `Either::Left`, each of the second as `Either::Right`
+//! ([`GateChannel::converted`]), so the watermark is the minimum over both inputs and a barrier
+//! aligns across both, exactly as across the channels of one input.
 
 use super::ChannelReceiver;
 use crate::checkpoint::{AlignEvent, BarrierAligner};
@@ -9,8 +14,48 @@ use sluice_core::{CheckpointBarrier, CheckpointId, Data, StreamElement};
 use std::collections::VecDeque;
 use std::task::{Context, Poll};
 
+/// One input channel of a gate: read as it is, or with its records converted (the channels of
+/// a two-input operator's inputs).
+pub(crate) enum GateChannel<T> {
+    Direct(ChannelReceiver<T>),
+    Converted(Box<dyn ConvertedChannel<T>>),
+}
+
+impl<T: Send + 'static> GateChannel<T> {
+    /// A channel of records of type `U`, each handed on as `f(record)`.
+    pub(crate) fn converted<U: Send + 'static>(rx: ChannelReceiver<U>, f: fn(U) -> T) -> Self {
+        GateChannel::Converted(Box::new(Convert { rx, f }))
+    }
+
+    #[inline]
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<StreamElement<T>>> {
+        match self {
+            GateChannel::Direct(rx) => rx.poll_recv(cx),
+            GateChannel::Converted(c) => c.poll_recv(cx),
+        }
+    }
+}
+
+/// A channel whose elements are converted as they are read.
+pub(crate) trait ConvertedChannel<T>: Send {
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<StreamElement<T>>>;
+}
+
+struct Convert<U, T> {
+    rx: ChannelReceiver<U>,
+    f: fn(U) -> T,
+}
+
+impl<U: Send, T> ConvertedChannel<T> for Convert<U, T> {
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<StreamElement<T>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|e| e.map(|e| e.map_records(self.f)))
+    }
+}
+
 struct Channel<T> {
-    rx: ChannelReceiver<T>,
+    rx: GateChannel<T>,
     ended: bool,
 }
 
@@ -29,9 +74,17 @@ pub(crate) struct InputGate<T> {
 
 impl<T: Data> InputGate<T> {
     pub(crate) fn new(receivers: Vec<ChannelReceiver<T>>, description: String) -> Self {
-        let n = receivers.len();
+        Self::from_channels(
+            receivers.into_iter().map(GateChannel::Direct).collect(),
+            description,
+        )
+    }
+
+    /// A gate over channels some of which convert their records (a two-input task's).
+    pub(crate) fn from_channels(channels: Vec<GateChannel<T>>, description: String) -> Self {
+        let n = channels.len();
         InputGate {
-            channels: receivers
+            channels: channels
                 .into_iter()
                 .map(|rx| Channel { rx, ended: false })
                 .collect(),

@@ -6,12 +6,13 @@
 
 use crate::checkpoint::CheckpointSettings;
 use crate::error::{JobError, TaskError};
+use crate::exchange::gate::{GateChannel, InputGate};
 use crate::exchange::partitioner::Partitioner;
 use crate::exchange::remote::{self, OpenReceiver, OpenSender, Pump};
 use crate::exchange::writer::{
     BroadcastRoute, CustomRoute, ForwardRoute, HashRoute, NetworkWriter, RebalanceRoute,
 };
-use crate::exchange::{ChannelReceiver, ChannelSender, channel, gate::InputGate};
+use crate::exchange::{ChannelReceiver, ChannelSender, channel};
 use crate::graph::Partitioning;
 use crate::operator::SourceHead;
 use crate::operator::{Operator, OperatorContext};
@@ -21,7 +22,7 @@ use crate::task::control::TaskMailbox;
 use crate::task::input::{SourceHeadInput, SourceInput, SourceReader, TaskInput};
 use crate::task::runner::Task;
 use futures::future::BoxFuture;
-use sluice_core::{Data, UserError};
+use sluice_core::{Data, Either, UserError};
 use std::any::Any;
 use std::hash::Hash;
 use std::marker::PhantomData;
@@ -173,9 +174,11 @@ pub(crate) trait OperatorFactory: Send + Sync {
         next: AnyBox,
         restored: Option<OperatorState>,
     ) -> Result<AnyBox, JobError>;
+    /// The task headed by this operator: its input gate over `receivers` (each with the
+    /// position of its edge among the operator's inputs) and its chain `head`.
     fn build_task(
         &self,
-        receivers: Vec<AnyBox>,
+        receivers: Vec<(usize, AnyBox)>,
         head: AnyBox,
         parts: TaskParts,
     ) -> Result<Box<dyn RunnableTask>, JobError>;
@@ -230,16 +233,75 @@ impl<In: Data, Op: Operator<In> + Clone> OperatorFactory for TypedOperator<In, O
 
     fn build_task(
         &self,
-        receivers: Vec<AnyBox>,
+        receivers: Vec<(usize, AnyBox)>,
         head: AnyBox,
         parts: TaskParts,
     ) -> Result<Box<dyn RunnableTask>, JobError> {
         let head = downcast::<Stage<In>>(head, "a task to its first operator")?;
         let receivers = receivers
             .into_iter()
-            .map(|r| downcast::<ChannelReceiver<In>>(r, "an input channel"))
+            .map(|(_, r)| downcast::<ChannelReceiver<In>>(r, "an input channel"))
             .collect::<Result<Vec<_>, _>>()?;
         let gate = InputGate::new(receivers, parts.description);
+        Ok(Box::new(Task::new(
+            Box::new(gate),
+            head,
+            parts.metrics,
+            parts.mailbox,
+        )))
+    }
+}
+
+/// A two-input operator: an [`Operator`] over [`Either`] whose first input's channels carry
+/// `A` and second input's carry `B`; its task's gate reads both ([`GateChannel::converted`]).
+pub(crate) struct TwoInputOperator<A, B, Op> {
+    inner: TypedOperator<Either<A, B>, Op>,
+}
+
+impl<A, B, Op> TwoInputOperator<A, B, Op> {
+    pub(crate) fn new(op: Op) -> Self {
+        TwoInputOperator {
+            inner: TypedOperator::new(op),
+        }
+    }
+}
+
+impl<A: Data, B: Data, Op: Operator<Either<A, B>> + Clone> OperatorFactory
+    for TwoInputOperator<A, B, Op>
+{
+    fn validate(&self, checkpoints: Option<&CheckpointSettings>) -> Result<(), UserError> {
+        self.inner.validate(checkpoints)
+    }
+
+    fn build_stage(
+        &self,
+        ctx: OperatorContext,
+        next: AnyBox,
+        restored: Option<OperatorState>,
+    ) -> Result<AnyBox, JobError> {
+        self.inner.build_stage(ctx, next, restored)
+    }
+
+    fn build_task(
+        &self,
+        receivers: Vec<(usize, AnyBox)>,
+        head: AnyBox,
+        parts: TaskParts,
+    ) -> Result<Box<dyn RunnableTask>, JobError> {
+        let head = downcast::<Stage<Either<A, B>>>(head, "a task to its first operator")?;
+        let channels = receivers
+            .into_iter()
+            .map(|(input, r)| match input {
+                0 => downcast::<ChannelReceiver<A>>(r, "a first input's channel")
+                    .map(|rx| GateChannel::converted(rx, Either::Left)),
+                1 => downcast::<ChannelReceiver<B>>(r, "a second input's channel")
+                    .map(|rx| GateChannel::converted(rx, Either::Right)),
+                n => Err(JobError::Internal(format!(
+                    "a two-input operator got a channel of input {n}"
+                ))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let gate = InputGate::from_channels(channels, parts.description);
         Ok(Box::new(Task::new(
             Box::new(gate),
             head,

@@ -16,12 +16,17 @@
 //! On the stream API: `KeyedStream::process_keyed` returns a `ProcessedStream`, which is the
 //! main output and gives side outputs with `get_side_output`.
 
+mod co;
 mod function;
 mod operator;
 mod output;
 mod timed;
 
 pub use crate::timer::TimeDomain;
+pub use co::{
+    CoContext, CoMapOperator, CoProcessFunction, CoProcessOperator, KeyedCoProcessFunction,
+};
+pub(crate) use co::{KeyedCo, either_key};
 pub use function::{Context, KeyedProcessFunction, StateKey, TimerService};
 pub use operator::KeyedProcessOperator;
 pub use output::{OutputTag, SideRecord, Tagged};

@@ -288,8 +288,10 @@ impl Contexts {
 struct Ends {
     /// Per (edge, producer subtask): its senders, consumer by consumer.
     senders: BTreeMap<(usize, usize), Vec<AnyBox>>,
-    /// Per (operator, consumer subtask): its receivers, in input-edge order.
-    receivers: BTreeMap<(NodeId, usize), Vec<AnyBox>>,
+    /// Per (operator, consumer subtask): its receivers, in input-edge order, each with the
+    /// position of its edge among the operator's inputs (0, or 1 for a two-input operator's
+    /// second input).
+    receivers: BTreeMap<(NodeId, usize), Vec<(usize, AnyBox)>>,
     /// Per task: the pumps of its channels to other processes, sending and receiving.
     pumps: BTreeMap<usize, (Vec<Pump>, Vec<Pump>)>,
 }
@@ -341,10 +343,15 @@ impl Ends {
                     .push(tx);
             }
             if let Some(rx) = rx {
+                let input = graph.nodes[edge.to.0]
+                    .inputs
+                    .iter()
+                    .position(|&e| e == c.edge)
+                    .unwrap_or(0);
                 ends.receivers
                     .entry((edge.to, c.consumer))
                     .or_default()
-                    .push(rx);
+                    .push((input, rx));
             }
         }
         Ok(ends)

@@ -37,7 +37,7 @@ impl OperatorFactory for Unbuilt {
     }
     fn build_task(
         &self,
-        _: Vec<AnyBox>,
+        _: Vec<(usize, AnyBox)>,
         _: AnyBox,
         _: TaskParts,
     ) -> Result<Box<dyn RunnableTask>, JobError> {
