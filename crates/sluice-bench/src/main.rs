@@ -71,6 +71,13 @@ enum Command {
     /// parallelism 1 and 2; records/s, start-up time and peak memory (beside Flink:
     /// `flink/run_async_flink.sh --only e2e`).
     E2e(scenarios::e2e::Args),
+    /// Nexmark beside Apache Flink 2.3 SQL over the same generated event files, one fresh
+    /// process per run, sluice and Flink alternating, at parallelism 1 and 2: events/s, peak
+    /// RSS, CPU time, and whether both engines' results agree row for row.
+    Nexmark(scenarios::nexmark::Args),
+    /// Internal: one Nexmark query in a fresh process, printing its figures as one JSON line.
+    #[command(hide = true)]
+    NexmarkProbe(scenarios::nexmark::ProbeArgs),
     /// Internal: one e2e job in a fresh process, printing its figures as one JSON line.
     #[command(hide = true)]
     E2eProbe(scenarios::e2e::ProbeArgs),
@@ -111,6 +118,8 @@ fn main() -> anyhow::Result<()> {
         Command::Kafka(args) => scenarios::kafka::run(&args),
         Command::E2e(args) => scenarios::e2e::run(&args),
         Command::E2eProbe(args) => scenarios::e2e::probe(&args),
+        Command::Nexmark(args) => scenarios::nexmark::run(&args),
+        Command::NexmarkProbe(args) => scenarios::nexmark::probe(&args),
         Command::Cluster(args) => scenarios::cluster::run(&args),
         Command::ClusterNode(args) => scenarios::cluster::node(&args),
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),

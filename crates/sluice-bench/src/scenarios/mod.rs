@@ -10,6 +10,7 @@ pub mod failover;
 pub mod iceberg;
 pub mod kafka;
 pub mod lookup;
+pub mod nexmark;
 pub mod pipeline;
 pub mod shuffle;
 pub mod source;
