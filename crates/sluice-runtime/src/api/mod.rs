@@ -39,6 +39,7 @@
 //! }
 //! ```
 
+mod broadcast;
 mod connected;
 mod environment;
 mod keyed;
@@ -49,6 +50,7 @@ mod stream;
 mod two_phase;
 mod windowed;
 
+pub use broadcast::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastConnectedStream};
 pub use connected::{ConnectedStreams, KeyedConnectedStreams};
 pub use environment::StreamEnvironment;
 pub use keyed::KeyedStream;

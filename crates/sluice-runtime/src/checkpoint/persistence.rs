@@ -173,7 +173,7 @@ pub(crate) fn decode_restored(cp: RestoredCheckpoint) -> Result<CompletedCheckpo
     let mut operators: BTreeMap<NodeId, Vec<OperatorState>> = BTreeMap::new();
     let (states, coordinators) = cp.into_states();
     for ((node, _subtask), bytes) in states {
-        let state: OperatorState = codec::decode(&bytes).map_err(|e| {
+        let state = OperatorState::decode(&bytes).map_err(|e| {
             JobError::InvalidJob(format!(
                 "checkpoint {id} in {location}: the state of operator {node} cannot be decoded: {e}"
             ))

@@ -16,15 +16,25 @@
 //! On the stream API: `KeyedStream::process_keyed` returns a `ProcessedStream`, which is the
 //! main output and gives side outputs with `get_side_output`.
 
+mod broadcast;
 mod co;
 mod function;
 mod operator;
 mod output;
 mod timed;
+#[cfg(test)]
+mod two_input_tests;
 
 pub use crate::timer::TimeDomain;
 pub use co::{
     CoContext, CoMapOperator, CoProcessFunction, CoProcessOperator, KeyedCoProcessFunction,
+};
+pub(crate) use broadcast::BroadcastStates;
+pub use broadcast::{
+    BroadcastContext, BroadcastProcessFunction, BroadcastProcessOperator, BroadcastState,
+    BroadcastValue, KeyedBroadcastContext, KeyedBroadcastProcessFunction,
+    KeyedBroadcastProcessOperator, KeyedReadOnlyContext, MapStateDescriptor,
+    ReadOnlyBroadcastContext,
 };
 pub(crate) use co::{KeyedCo, either_key};
 pub use function::{Context, KeyedProcessFunction, StateKey, TimerService};

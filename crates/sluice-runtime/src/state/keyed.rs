@@ -79,6 +79,16 @@ where
         self.values.iter()
     }
 
+    /// Every key and its value, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut V)> {
+        self.values.iter_mut()
+    }
+
+    /// Keeps only the keys for which `keep` returns true.
+    pub fn retain(&mut self, keep: impl FnMut(&K, &mut V) -> bool) {
+        self.values.retain(keep);
+    }
+
     /// Number of keys.
     pub fn len(&self) -> usize {
         self.values.len()

@@ -7,7 +7,10 @@
 //!   into contiguous, even shares (Flink's list-state redistribution), so an operator should write
 //!   one entry per independent piece (for example one per in-flight request);
 //! - **keyed entries**: byte strings tagged with a state name and a key group. At restore each goes
-//!   to the subtask that owns its key group at the new parallelism, so keyed state follows its keys.
+//!   to the subtask that owns its key group at the new parallelism, so keyed state follows its keys;
+//! - **broadcast entries**: byte strings tagged with a state name, the same on every subtask (the
+//!   broadcast state pattern). At another parallelism, new subtask `i` gets the broadcast entries
+//!   of old subtask `i % old_parallelism`, as Flink hands out broadcast state.
 //!
 //! [`ValueState`], [`MapState`] and [`ListState`] are typed views that write and read these.
 
@@ -32,6 +35,15 @@ pub struct KeyGroupEntry {
     pub data: Vec<u8>,
 }
 
+/// One broadcast entry: one named broadcast state of one subtask.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BroadcastEntry {
+    /// The state's name within its operator.
+    pub state: String,
+    /// The encoded entries of the state.
+    pub data: Vec<u8>,
+}
+
 /// The state of one operator subtask.
 ///
 /// ```
@@ -49,6 +61,16 @@ pub struct OperatorState {
     /// The operator had ended its input when this state was taken (Flink's
     /// `FINISHED_ON_RESTORE`): restored, it does not end its input again.
     finished: bool,
+    /// Broadcast state, the same on every subtask.
+    broadcast: Vec<BroadcastEntry>,
+}
+
+/// [`OperatorState`] as checkpoints wrote it before broadcast state existed; still read.
+#[derive(Deserialize)]
+struct OperatorStateV1 {
+    entries: Vec<Vec<u8>>,
+    keyed: Vec<KeyGroupEntry>,
+    finished: bool,
 }
 
 impl OperatorState {
@@ -56,9 +78,35 @@ impl OperatorState {
     pub fn from_entries(entries: Vec<Vec<u8>>) -> Self {
         OperatorState {
             entries,
-            keyed: Vec::new(),
-            finished: false,
+            ..OperatorState::default()
         }
+    }
+
+    /// Decodes a state written by [`codec::encode`](sluice_core::codec::encode), also in the
+    /// layout of checkpoints taken before broadcast state existed.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, sluice_core::codec::CodecError> {
+        match sluice_core::codec::decode::<OperatorState>(bytes) {
+            Ok(s) => Ok(s),
+            Err(e) => match sluice_core::codec::decode::<OperatorStateV1>(bytes) {
+                Ok(old) => Ok(OperatorState {
+                    entries: old.entries,
+                    keyed: old.keyed,
+                    finished: old.finished,
+                    broadcast: Vec::new(),
+                }),
+                Err(_) => Err(e),
+            },
+        }
+    }
+
+    /// Appends one broadcast entry.
+    pub(crate) fn push_broadcast(&mut self, entry: BroadcastEntry) {
+        self.broadcast.push(entry);
+    }
+
+    /// The broadcast entries.
+    pub fn broadcast_entries(&self) -> &[BroadcastEntry] {
+        &self.broadcast
     }
 
     /// Appends one list entry.
@@ -86,9 +134,9 @@ impl OperatorState {
         &self.keyed
     }
 
-    /// Whether there is no entry of either kind.
+    /// Whether there is no entry of any kind.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty() && self.keyed.is_empty()
+        self.entries.is_empty() && self.keyed.is_empty() && self.broadcast.is_empty()
     }
 
     /// Whether the operator had ended its input (`end_input` ran) when this state was taken.
@@ -102,15 +150,20 @@ impl OperatorState {
         self.finished = true;
     }
 
-    pub(crate) fn into_parts(self) -> (Vec<Vec<u8>>, Vec<KeyGroupEntry>) {
-        (self.entries, self.keyed)
+    pub(crate) fn into_parts(self) -> (Vec<Vec<u8>>, Vec<KeyGroupEntry>, Vec<BroadcastEntry>) {
+        (self.entries, self.keyed, self.broadcast)
     }
 
-    pub(crate) fn from_parts(entries: Vec<Vec<u8>>, keyed: Vec<KeyGroupEntry>) -> Self {
+    pub(crate) fn from_parts(
+        entries: Vec<Vec<u8>>,
+        keyed: Vec<KeyGroupEntry>,
+        broadcast: Vec<BroadcastEntry>,
+    ) -> Self {
         OperatorState {
             entries,
             keyed,
             finished: false,
+            broadcast,
         }
     }
 }

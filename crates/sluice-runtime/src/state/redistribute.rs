@@ -9,8 +9,9 @@ use crate::key_groups::subtask_for_key_group;
 /// all old subtasks, in subtask order, are cut into contiguous shares whose sizes differ by at
 /// most one, and each keyed entry goes to the subtask owning its key group. For example, list
 /// entries `[1, 2, 3]` and `[4]` of two old subtasks become `[1, 2]`, `[3]` and `[4]` for three
-/// (the unit test `worked_example_three_new_subtasks`). Tests of operators reach it through
-/// `testing::rescale_states`.
+/// (the unit test `worked_example_three_new_subtasks`). Broadcast entries are the same on every
+/// old subtask: new subtask `i` gets those of old subtask `i % old.len()` (Flink's round robin
+/// over the old copies). Tests of operators reach it through `testing::rescale_states`.
 pub(crate) fn redistribute(
     old: Vec<OperatorState>,
     new_parallelism: usize,
@@ -23,10 +24,12 @@ pub(crate) fn redistribute(
     let finished = !old.is_empty() && old.iter().all(OperatorState::is_finished);
     let mut entries = Vec::new();
     let mut keyed = Vec::new();
+    let mut broadcasts = Vec::with_capacity(old.len());
     for s in old {
-        let (e, k) = s.into_parts();
+        let (e, k, b) = s.into_parts();
         entries.extend(e);
         keyed.extend(k);
+        broadcasts.push(b);
     }
     let n = entries.len();
     let mut out: Vec<(Vec<Vec<u8>>, Vec<_>)> = (0..new_parallelism)
@@ -42,8 +45,14 @@ pub(crate) fn redistribute(
         out[target].1.push(k);
     }
     out.into_iter()
-        .map(|(e, k)| {
-            let mut s = OperatorState::from_parts(e, k);
+        .enumerate()
+        .map(|(i, (e, k))| {
+            let broadcast = if broadcasts.is_empty() {
+                Vec::new()
+            } else {
+                broadcasts[i % broadcasts.len()].clone()
+            };
+            let mut s = OperatorState::from_parts(e, k, broadcast);
             if finished {
                 s.mark_finished();
             }

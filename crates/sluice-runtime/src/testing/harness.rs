@@ -1,5 +1,7 @@
 //! [`OperatorTestHarness`]: one operator instance driven by hand, as Flink's
-//! `OneInputStreamOperatorTestHarness` and `KeyedOneInputStreamOperatorTestHarness`.
+//! `OneInputStreamOperatorTestHarness` and `KeyedOneInputStreamOperatorTestHarness`; for a
+//! two-input operator (an operator over [`Either`]) also as Flink's
+//! `TwoInputStreamOperatorTestHarness`, with a watermark per input.
 
 use crate::operator::to_coordinator::{
     CoordinatorLink, DirectSlot, TO_COORDINATOR_CAPACITY, ToCoordinator,
@@ -7,11 +9,73 @@ use crate::operator::to_coordinator::{
 use crate::operator::{Collector, ContextParts, Operator, OperatorContext};
 use crate::state::OperatorState;
 use sluice_core::{
-    CheckpointId, Data, NodeId, OperatorEvent, StreamElement, SubtaskIndex, UserError, Watermark,
+    CheckpointId, Data, Either, NodeId, OperatorEvent, StreamElement, SubtaskIndex, UserError,
+    Watermark,
 };
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+
+/// A two-input operator (`DataStream::connect`, the joins) driven by hand: records of either
+/// input, and a watermark per input, of which the operator sees the minimum, only when it
+/// rises (as the runtime's input gate gives it).
+///
+/// ```
+/// use sluice_core::{Either, Watermark};
+/// use sluice_runtime::process::CoMapOperator;
+/// use sluice_runtime::testing::OperatorTestHarness;
+///
+/// let op = CoMapOperator::new(|n: u32| Some(n as u64), |s: String| Some(s.len() as u64));
+/// let mut h = OperatorTestHarness::<Either<u32, String>, _>::new(op);
+/// h.process_element1_at(7, 10).unwrap();
+/// h.process_element2_at("abc".to_string(), 20).unwrap();
+/// h.process_watermark1(Watermark::new(30)).unwrap();
+/// assert!(h.watermarks().is_empty(), "the second input holds the watermark back");
+/// h.process_watermark2(Watermark::new(25)).unwrap();
+/// assert_eq!(h.watermarks(), vec![Watermark::new(25)]);
+/// assert_eq!(h.timed_records(), vec![(7, Some(10)), (3, Some(20))]);
+/// ```
+impl<A: Data, B: Data, Op: Operator<Either<A, B>>> OperatorTestHarness<Either<A, B>, Op> {
+    /// Feeds one record of the first input.
+    pub fn process_element1(&mut self, record: A) -> Result<(), UserError> {
+        self.process_record(Either::Left(record))
+    }
+
+    /// Feeds one record of the first input with its event time.
+    pub fn process_element1_at(&mut self, record: A, timestamp: i64) -> Result<(), UserError> {
+        self.process_record_at(Either::Left(record), timestamp)
+    }
+
+    /// Feeds one record of the second input.
+    pub fn process_element2(&mut self, record: B) -> Result<(), UserError> {
+        self.process_record(Either::Right(record))
+    }
+
+    /// Feeds one record of the second input with its event time.
+    pub fn process_element2_at(&mut self, record: B, timestamp: i64) -> Result<(), UserError> {
+        self.process_record_at(Either::Right(record), timestamp)
+    }
+
+    /// The first input's watermark advanced to `watermark`.
+    pub fn process_watermark1(&mut self, watermark: Watermark) -> Result<(), UserError> {
+        self.input_watermark(0, watermark)
+    }
+
+    /// The second input's watermark advanced to `watermark`.
+    pub fn process_watermark2(&mut self, watermark: Watermark) -> Result<(), UserError> {
+        self.input_watermark(1, watermark)
+    }
+
+    fn input_watermark(&mut self, input: usize, watermark: Watermark) -> Result<(), UserError> {
+        self.input_watermarks[input] = self.input_watermarks[input].max(watermark.timestamp());
+        let min = self.input_watermarks[0].min(self.input_watermarks[1]);
+        if min > self.combined_watermark {
+            self.combined_watermark = min;
+            return self.process_watermark(Watermark::new(min));
+        }
+        Ok(())
+    }
+}
 
 /// Where the harnessed operator is in its life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +141,9 @@ pub struct OperatorTestHarness<In: Data, Op: Operator<In>> {
     phase: Phase,
     /// What the operator sent to its coordinator, when connected with `with_coordinator`.
     sent: Option<tokio::sync::mpsc::Receiver<ToCoordinator>>,
+    /// A two-input operator's watermark per input, and the minimum it was last given.
+    input_watermarks: [i64; 2],
+    combined_watermark: i64,
     _in: PhantomData<fn(In)>,
 }
 
@@ -122,6 +189,8 @@ impl<In: Data, Op: Operator<In>> OperatorTestHarness<In, Op> {
             output: Vec::new(),
             phase: Phase::Created,
             sent: None,
+            input_watermarks: [i64::MIN; 2],
+            combined_watermark: i64::MIN,
             _in: PhantomData,
         }
     }
