@@ -4,8 +4,9 @@ use crate::api::keyed::KeyedStream;
 use crate::api::processed::ProcessedStream;
 use crate::process::{OutputTag, StateKey};
 use crate::window::{
-    Aggregate, AggregateFunction, LateRecordsDropped, Process, ProcessWindowFunction, Reduce,
-    TimeWindow, WindowAssigner, WindowContents, WindowOperator, WindowSpec,
+    Aggregate, AggregateFunction, AnyEvictor, AnyTrigger, Evicting, Evictor, Incremental,
+    LateRecordsDropped, Process, ProcessWindowFunction, Reduce, TimeWindow, Trigger,
+    TriggerWindowOperator, WindowAssigner, WindowContents, WindowOperator, WindowSpec,
 };
 use serde::{Serialize, de::DeserializeOwned};
 use sluice_core::Data;
@@ -62,6 +63,8 @@ pub struct WindowedStream<T, K, F> {
     allowed_lateness: Duration,
     late_tag: Option<OutputTag<T>>,
     late_dropped: LateRecordsDropped,
+    trigger: Option<AnyTrigger<T>>,
+    evictor: Option<AnyEvictor<T>>,
 }
 
 impl<T, K, F> WindowedStream<T, K, F>
@@ -77,7 +80,73 @@ where
             allowed_lateness: Duration::ZERO,
             late_tag: None,
             late_dropped: LateRecordsDropped::default(),
+            trigger: None,
+            evictor: None,
         }
+    }
+
+    /// Replaces the assigner's default trigger (Flink's `WindowedStream.trigger`): `trigger`
+    /// decides when each window fires and whether its contents are purged. A built-in trigger
+    /// ([`CountTrigger`](crate::window::CountTrigger), [`PurgingTrigger`](crate::window::PurgingTrigger),
+    /// ...) runs without a dynamic call per record; a session assigner needs a trigger that
+    /// can merge, or the job is refused at submit.
+    ///
+    /// Sums per key every three records, within one-minute windows:
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_runtime::window::{CountTrigger, PurgingTrigger, TumblingEventTimeWindows};
+    /// use std::time::Duration;
+    ///
+    /// let env = StreamEnvironment::new();
+    /// env.set_parallelism(1);
+    /// let sums = env
+    ///     .from_iter((0..7i64).map(|t| (1u8, t * 1_000)))
+    ///     .assign_timestamps_and_watermarks(WatermarkStrategy::for_monotonous_timestamps(|r: &(u8, i64)| r.1))
+    ///     .key_by(|r| r.0)
+    ///     .window(TumblingEventTimeWindows::of(Duration::from_secs(60)))
+    ///     .trigger(PurgingTrigger::of(CountTrigger::of(3)))
+    ///     .reduce(|a, b| (a.0, a.1 + b.1))
+    ///     .map(|r| r.1)
+    ///     .collect();
+    /// env.execute_blocking("every three").unwrap();
+    /// // 0+1000+2000, 3000+4000+5000; the seventh record never makes three.
+    /// assert_eq!(sums.take(), vec![3_000, 12_000]);
+    /// ```
+    pub fn trigger<Tr: Trigger<T> + Clone>(mut self, trigger: Tr) -> Self {
+        self.trigger = Some(AnyTrigger::from_trigger(trigger));
+        self
+    }
+
+    /// Removes records from each window when it fires, before and after the window function
+    /// (Flink's `WindowedStream.evictor`). The operator then keeps every record of a window
+    /// (Flink's `EvictingWindowOperator`), also for `reduce` and `aggregate`, which run over
+    /// the records left at each firing; what is left stays for the next firing.
+    ///
+    /// The sum of the last two records, every time a window of a key has three more:
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_runtime::window::{CountEvictor, CountTrigger, GlobalWindows};
+    ///
+    /// let env = StreamEnvironment::new();
+    /// env.set_parallelism(1);
+    /// let sums = env
+    ///     .from_iter((1..=6u64).map(|n| (1u8, n)))
+    ///     .key_by(|r| r.0)
+    ///     .window(GlobalWindows::create())
+    ///     .trigger(CountTrigger::of(3))
+    ///     .evictor(CountEvictor::of(2))
+    ///     .reduce(|a, b| (a.0, a.1 + b.1))
+    ///     .map(|r| r.1)
+    ///     .collect();
+    /// env.execute_blocking("last two").unwrap();
+    /// // At 3 records: 2 + 3. Then 2, 3, 4, 5, 6 are held and 5 + 6 is the sum.
+    /// assert_eq!(sums.take(), vec![5, 11]);
+    /// ```
+    pub fn evictor<E: Evictor<T> + Clone>(mut self, evictor: E) -> Self {
+        self.evictor = Some(AnyEvictor::from_evictor(evictor));
+        self
     }
 
     /// Keeps each window's contents `lateness` past its end (event time): a record arriving
@@ -104,7 +173,7 @@ where
         C: WindowContents<K, T>,
     {
         let lateness = i64::try_from(self.allowed_lateness.as_millis()).unwrap_or(i64::MAX);
-        let invalid = self.assigner.validate().err();
+        let mut invalid = self.assigner.validate().err();
         let spec = WindowSpec {
             assigner: self.assigner,
             allowed_lateness: if self.assigner.is_event_time() {
@@ -115,8 +184,43 @@ where
             late_tag: self.late_tag,
             late_dropped: self.late_dropped,
         };
-        let op = WindowOperator::new(spec, contents, self.keyed.key_fn().clone());
-        let raw = self.keyed.transform(name, op);
+        let key_fn = self.keyed.key_fn().clone();
+        let default_trigger = self
+            .trigger
+            .as_ref()
+            .is_none_or(|t| t.is_default_for(&self.assigner));
+        let raw = match (self.evictor, self.trigger) {
+            // The fast path: the default trigger, built into the operator.
+            (None, _) if default_trigger && !self.assigner.is_global() => self
+                .keyed
+                .transform(name, WindowOperator::new(spec, contents, key_fn)),
+            (evictor, trigger) => {
+                let trigger = trigger.unwrap_or_else(|| AnyTrigger::default_for(&self.assigner));
+                invalid = invalid.or_else(|| trigger.validate().err());
+                if self.assigner.is_merging() && !Trigger::<T>::can_merge(&trigger) {
+                    invalid = invalid.or_else(|| {
+                        Some(format!(
+                            "a merging window assigner (sessions) needs a trigger that can merge; {trigger:?} cannot"
+                        ))
+                    });
+                }
+                match evictor {
+                    Some(evictor) => self.keyed.transform(
+                        name,
+                        TriggerWindowOperator::new(
+                            spec,
+                            trigger,
+                            Evicting { contents, evictor },
+                            key_fn,
+                        ),
+                    ),
+                    None => self.keyed.transform(
+                        name,
+                        TriggerWindowOperator::new(spec, trigger, Incremental(contents), key_fn),
+                    ),
+                }
+            }
+        };
         if let Some(message) = invalid {
             raw.refuse(message);
         }

@@ -20,6 +20,11 @@ pub struct TimeWindow {
 }
 
 impl TimeWindow {
+    /// The one window of [`GlobalWindows`], covering all of time (Flink has a separate
+    /// `GlobalWindow` type; here every window is a `TimeWindow`). It is never cleaned up, and
+    /// its results carry `max_timestamp`, `i64::MAX - 1`.
+    pub const GLOBAL: TimeWindow = TimeWindow::new(i64::MIN, i64::MAX);
+
     /// The window `[start, end)`.
     pub const fn new(start: i64, end: i64) -> Self {
         TimeWindow { start, end }
@@ -73,15 +78,26 @@ pub(crate) enum WindowTime {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WindowKind {
-    Tumbling { size: i64, offset: i64 },
-    Sliding { size: i64, slide: i64, offset: i64 },
-    Session { gap: i64 },
+    Tumbling {
+        size: i64,
+        offset: i64,
+    },
+    Sliding {
+        size: i64,
+        slide: i64,
+        offset: i64,
+    },
+    Session {
+        gap: i64,
+    },
+    /// One window per key holding every record: [`GlobalWindows`].
+    Global,
 }
 
-/// Assigns records to windows: tumbling, sliding or session, in event or processing time.
-/// Made with Flink's names: [`TumblingEventTimeWindows::of`],
-/// [`SlidingEventTimeWindows::of`], [`EventTimeSessionWindows::with_gap`] and their
-/// processing-time twins.
+/// Assigns records to windows: tumbling, sliding or session, in event or processing time, or
+/// one global window per key. Made with Flink's names: [`TumblingEventTimeWindows::of`],
+/// [`SlidingEventTimeWindows::of`], [`EventTimeSessionWindows::with_gap`], their
+/// processing-time twins, and [`GlobalWindows::create`].
 ///
 /// ```
 /// use sluice_runtime::window::{SlidingEventTimeWindows, TimeWindow};
@@ -113,7 +129,7 @@ impl WindowAssigner {
         let o = millis(offset);
         match &mut self.kind {
             WindowKind::Tumbling { offset, .. } | WindowKind::Sliding { offset, .. } => *offset = o,
-            WindowKind::Session { .. } => {}
+            WindowKind::Session { .. } | WindowKind::Global => {}
         }
         self
     }
@@ -126,6 +142,11 @@ impl WindowAssigner {
     /// Whether windows merge (sessions).
     pub fn is_merging(&self) -> bool {
         matches!(self.kind, WindowKind::Session { .. })
+    }
+
+    /// Whether this is [`GlobalWindows`]: one window per key that never ends.
+    pub fn is_global(&self) -> bool {
+        matches!(self.kind, WindowKind::Global)
     }
 
     /// Checks the sizes: every size, slide and gap above zero, an offset below the size.
@@ -213,6 +234,7 @@ impl WindowAssigner {
             WindowKind::Session { gap } => {
                 out.push(TimeWindow::new(timestamp, timestamp.saturating_add(gap)))
             }
+            WindowKind::Global => out.push(TimeWindow::GLOBAL),
         }
     }
 }
@@ -249,6 +271,23 @@ assigner!(
     /// Session windows in processing time.
     ProcessingTimeSessionWindows
 );
+
+/// One window per key holding all its records, [`TimeWindow::GLOBAL`] (Flink's
+/// `GlobalWindows`). Its default trigger, [`NeverTrigger`](super::NeverTrigger), never fires:
+/// give it a trigger with `WindowedStream::trigger` (`KeyedStream::count_window` does). Like
+/// Flink's, it is not an event-time assigner, so no record is ever late.
+#[derive(Debug)]
+pub struct GlobalWindows;
+
+impl GlobalWindows {
+    /// The assigner (Flink's `GlobalWindows.create()`).
+    pub fn create() -> WindowAssigner {
+        WindowAssigner {
+            kind: WindowKind::Global,
+            time: WindowTime::Processing,
+        }
+    }
+}
 
 fn tumbling(size: Duration, time: WindowTime) -> WindowAssigner {
     WindowAssigner {

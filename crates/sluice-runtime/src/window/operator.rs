@@ -93,7 +93,7 @@ impl LateRecordsDropped {
 
     /// Attempt `attempt` opened an operator: a newer attempt than the counted one starts again
     /// from zero.
-    fn open(&self, attempt: AttemptNumber) {
+    pub(super) fn open(&self, attempt: AttemptNumber) {
         let mut c = lock(&self.0);
         if attempt > c.attempt {
             *c = AttemptCount { attempt, count: 0 };
@@ -101,7 +101,7 @@ impl LateRecordsDropped {
     }
 
     /// Attempt `attempt` dropped `n` records.
-    fn add(&self, attempt: AttemptNumber, n: u64) {
+    pub(super) fn add(&self, attempt: AttemptNumber, n: u64) {
         let mut c = lock(&self.0);
         if attempt > c.attempt {
             *c = AttemptCount { attempt, count: 0 };
@@ -305,6 +305,8 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
                 .iter()
                 .find(|w| w.start == start)
                 .copied(),
+            // Global windows always run in the triggered operator.
+            WindowKind::Global => Some(TimeWindow::GLOBAL),
         }
     }
 

@@ -82,6 +82,62 @@ fn operator_with(
     )
 }
 
+type AggregateContents = Aggregate<CountSum, WithWindow, Out>;
+type RecKey = fn(&Rec) -> u8;
+type Triggered = TriggerWindowOperator<Rec, u8, RecKey, Incremental<AggregateContents>>;
+type TriggeredEvicting = TriggerWindowOperator<Rec, u8, RecKey, Evicting<AggregateContents, Rec>>;
+
+/// The triggered operator (`triggered.rs`) with `trigger`, keeping accumulators.
+fn triggered_operator(
+    assigner: WindowAssigner,
+    lateness: i64,
+    trigger: AnyTrigger<Rec>,
+) -> Triggered {
+    let key: fn(&Rec) -> u8 = |r| r.0;
+    TriggerWindowOperator::new(
+        spec(assigner, lateness),
+        trigger,
+        Incremental(aggregate_contents()),
+        key,
+    )
+}
+
+/// The triggered operator with `trigger` and an evictor that keeps every record: the
+/// evicting operator, folding the aggregate over the records at each firing.
+fn evicting_operator(
+    assigner: WindowAssigner,
+    lateness: i64,
+    trigger: AnyTrigger<Rec>,
+) -> TriggeredEvicting {
+    let key: fn(&Rec) -> u8 = |r| r.0;
+    TriggerWindowOperator::new(
+        spec(assigner, lateness),
+        trigger,
+        Evicting {
+            contents: aggregate_contents(),
+            evictor: AnyEvictor::from_evictor(CountEvictor::of(usize::MAX)),
+        },
+        key,
+    )
+}
+
+fn spec(assigner: WindowAssigner, lateness: i64) -> WindowSpec<Rec> {
+    WindowSpec {
+        assigner,
+        allowed_lateness: lateness,
+        late_tag: Some(OutputTag::new("late")),
+        late_dropped: LateRecordsDropped::default(),
+    }
+}
+
+fn aggregate_contents() -> AggregateContents {
+    Aggregate {
+        agg: CountSum,
+        with_window: with_window as WithWindow,
+        _r: PhantomData,
+    }
+}
+
 /// Runs the events through the operator; per event, the sorted results and late records.
 fn run_operator(
     mut op: impl Operator<Rec, Out = Tagged<Out>>,
@@ -339,6 +395,102 @@ proptest! {
         }
         prop_assert_eq!(both, whole);
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    /// The triggered operator running the default triggers as triggers (Flink's
+    /// `EventTimeTrigger` set explicitly, which the API sends to the fast path) follows the
+    /// same rules as the fast operator: the model's results and late records after every
+    /// event, for tumbling, sliding and session windows with lateness. With an evictor that
+    /// keeps everything, the evicting operator does too.
+    #[test]
+    fn the_triggered_operator_with_the_event_time_trigger_matches_the_model(
+        evs in events(), a in any_assigner(), lateness in lateness()
+    ) {
+        let want = run_model(a, lateness, &evs);
+        let t = || AnyTrigger::from_trigger(EventTimeTrigger::create());
+        prop_assert_eq!(&run_operator(triggered_operator(a, lateness, t()), &evs), &want);
+        prop_assert_eq!(&run_operator(evicting_operator(a, lateness, t()), &evs), &want);
+    }
+
+    /// With a count trigger (its count is per window and key, checkpointed) and an evicting
+    /// operator (all records of each window checkpointed), a snapshot at any point restored
+    /// into a fresh operator, at parallelism 1 or rescaled to 2, continues exactly as the
+    /// original.
+    #[test]
+    fn a_restored_or_rescaled_triggered_operator_continues_like_the_original(
+        evs in events(), cut in 0usize..120, a in any_assigner(), lateness in lateness(),
+        n in 1u64..4, purge in any::<bool>(), parallelism in 1usize..3,
+    ) {
+        let trigger = || if purge {
+            AnyTrigger::from_trigger(PurgingTrigger::of(CountTrigger::of(n)))
+        } else {
+            AnyTrigger::from_trigger(CountTrigger::of(n))
+        };
+        check_restore(|| triggered_operator(a, lateness, trigger()), &evs, cut, parallelism)?;
+        check_restore(|| evicting_operator(a, lateness, trigger()), &evs, cut, parallelism)?;
+    }
+}
+
+/// Runs `evs` through one operator, and through one cut at `cut`, snapshot and restored at
+/// `parallelism` (records to their key's subtask): the same steps.
+fn check_restore<Op: Operator<Rec, Out = Tagged<Out>>>(
+    make: impl Fn() -> Op,
+    evs: &[Ev],
+    cut: usize,
+    parallelism: usize,
+) -> Result<(), TestCaseError> {
+    const MAX_PARALLELISM: usize = 128;
+    let cut = cut.min(evs.len());
+    let whole = run_operator(make(), evs);
+    let mut first = make();
+    first
+        .open(&OperatorContext::for_test("window", 0, 1))
+        .unwrap();
+    let head = run_operator_on(&mut first, &evs[..cut]);
+    let mut c = Collector::new();
+    let state = first
+        .snapshot_state(sluice_core::CheckpointId(1), &mut c)
+        .unwrap();
+    let states = crate::state::redistribute(vec![state], parallelism, MAX_PARALLELISM);
+    let mut subtasks = Vec::new();
+    for (i, state) in states.into_iter().enumerate() {
+        let mut op = make();
+        op.initialize_state(state).unwrap();
+        op.open(&OperatorContext::for_test("window", i, parallelism))
+            .unwrap();
+        if let Some(w) = last_watermark(&evs[..cut]) {
+            let steps = run_operator_on(&mut op, &[Ev::Wm(w)]);
+            prop_assert_eq!(&steps[0], &(Vec::new(), Vec::new()), "nothing is due twice");
+        }
+        subtasks.push(op);
+    }
+    let owner = |k: u8| {
+        crate::key_groups::subtask_for_key_group(
+            crate::key_groups::key_group(&k, MAX_PARALLELISM),
+            MAX_PARALLELISM,
+            parallelism,
+        )
+    };
+    let mut both = head;
+    for e in &evs[cut..] {
+        let mut step = (Vec::new(), Vec::new());
+        for (i, op) in subtasks.iter_mut().enumerate() {
+            if matches!(*e, Ev::Rec(k, _) if owner(k) != i) {
+                continue;
+            }
+            let (outs, lates) = run_operator_on(op, std::slice::from_ref(e)).remove(0);
+            step.0.extend(outs);
+            step.1.extend(lates);
+        }
+        step.0.sort();
+        step.1.sort();
+        both.push(step);
+    }
+    prop_assert_eq!(both, whole);
+    Ok(())
 }
 
 /// The last watermark among `events`.
