@@ -6,7 +6,7 @@ use crate::api::stream::DataStream;
 use crate::api::windowed::WindowedStream;
 use crate::operator::Operator;
 use crate::process::{KeyedProcessFunction, KeyedProcessOperator, StateKey};
-use crate::window::WindowAssigner;
+use crate::window::{CountEvictor, CountTrigger, GlobalWindows, PurgingTrigger, WindowAssigner};
 use sluice_core::Data;
 use std::marker::PhantomData;
 
@@ -105,6 +105,47 @@ impl<T: Data, K, F: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, K, F> {
         K: StateKey,
     {
         WindowedStream::new(self.clone(), assigner)
+    }
+
+    /// Windows of `size` records per key (Flink's `countWindow(size)`): [`GlobalWindows`] with
+    /// `PurgingTrigger::of(CountTrigger::of(size))`, so each window fires with its `size`
+    /// records and starts again empty. Records left over at the end of input never fire.
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// let env = StreamEnvironment::new();
+    /// env.set_parallelism(1);
+    /// let sums = env
+    ///     .from_iter(1..=7u64)
+    ///     .key_by(|n| n % 2)
+    ///     .count_window(2)
+    ///     .reduce(|a, b| a + b)
+    ///     .collect();
+    /// env.execute_blocking("pairs").unwrap();
+    /// let mut sums = sums.take();
+    /// sums.sort();
+    /// assert_eq!(sums, vec![4, 6, 10, 12], "1+3, 2+4, 5+7, 6+8 is missing its 8");
+    /// ```
+    pub fn count_window(&self, size: u64) -> WindowedStream<T, K, F>
+    where
+        K: StateKey,
+    {
+        self.window(GlobalWindows::create())
+            .trigger(PurgingTrigger::of(CountTrigger::of(size)))
+    }
+
+    /// Sliding windows of the last `size` records per key, every `slide` records (Flink's
+    /// `countWindow(size, slide)`): [`GlobalWindows`] with `CountTrigger::of(slide)` and
+    /// `CountEvictor::of(size)`; the window keeps its records.
+    pub fn count_window_sliding(&self, size: u64, slide: u64) -> WindowedStream<T, K, F>
+    where
+        K: StateKey,
+    {
+        self.window(GlobalWindows::create())
+            .evictor(CountEvictor::of(
+                usize::try_from(size).unwrap_or(usize::MAX),
+            ))
+            .trigger(CountTrigger::of(slide))
     }
 
     /// Adds a user [`Operator`] under `name`.
