@@ -25,6 +25,8 @@ mod guides {
     struct Sources;
     #[doc = include_str!("../../../docs/windows-and-timers.md")]
     struct WindowsAndTimers;
+    #[doc = include_str!("../../../docs/two-inputs.md")]
+    struct TwoInputs;
     #[doc = include_str!("../../../docs/range-shuffle.md")]
     struct RangeShuffle;
     #[doc = include_str!("../../../docs/iceberg.md")]
