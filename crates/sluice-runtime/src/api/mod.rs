@@ -42,6 +42,7 @@
 mod broadcast;
 mod connected;
 mod environment;
+mod join;
 mod keyed;
 mod processed;
 mod sink;
@@ -53,6 +54,10 @@ mod windowed;
 pub use broadcast::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastConnectedStream};
 pub use connected::{ConnectedStreams, KeyedConnectedStreams};
 pub use environment::StreamEnvironment;
+pub use join::{
+    CoGroup, CoGroupedStreams, IntervalJoin, IntervalJoined, Join, JoinEqualTo, JoinWhere,
+    JoinWindow, JoinedStreams,
+};
 pub use keyed::KeyedStream;
 pub use processed::ProcessedStream;
 pub use sink::{CollectHandle, Sink};

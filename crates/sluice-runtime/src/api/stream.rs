@@ -326,6 +326,82 @@ impl<T: Data> DataStream<T> {
         ConnectedStreams::new(self.clone(), other.clone())
     }
 
+    /// Joins this stream with `other` in windows (Flink's `DataStream.join`): choose the keys
+    /// with `where_` (this stream's) and `equal_to` (`other`'s), then the window, then `apply`
+    /// a function to every pair of records with equal keys in the same window. Results carry
+    /// the window's `max_timestamp`; late records are dropped. See
+    /// [`JoinedStreams`](crate::api::JoinedStreams).
+    ///
+    /// Orders (user, time) with the payments (user, time, amount) of the same user and minute:
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_runtime::window::TumblingEventTimeWindows;
+    /// use std::time::Duration;
+    ///
+    /// let env = StreamEnvironment::new();
+    /// env.set_parallelism(2);
+    /// let orders = env
+    ///     .from_iter(vec![(1u32, 1_000i64), (2, 2_000), (1, 61_000)])
+    ///     .assign_timestamps_and_watermarks(WatermarkStrategy::for_monotonous_timestamps(|o: &(u32, i64)| o.1));
+    /// let payments = env
+    ///     .from_iter(vec![(1u32, 5_000i64, 30u64), (1, 70_000, 5), (3, 1_000, 9)])
+    ///     .assign_timestamps_and_watermarks(WatermarkStrategy::for_monotonous_timestamps(|p: &(u32, i64, u64)| p.1));
+    /// let paid = orders
+    ///     .join(&payments)
+    ///     .where_(|o| o.0)
+    ///     .equal_to(|p| p.0)
+    ///     .window(TumblingEventTimeWindows::of(Duration::from_secs(60)))
+    ///     .apply(|o: (u32, i64), p: (u32, i64, u64)| (o.0, o.1, p.2))
+    ///     .collect();
+    /// env.execute_blocking("paid orders").unwrap();
+    /// let mut paid = paid.take();
+    /// paid.sort();
+    /// assert_eq!(paid, vec![(1, 1_000, 30), (1, 61_000, 5)]);
+    /// ```
+    pub fn join<B: Data>(&self, other: &DataStream<B>) -> crate::api::JoinedStreams<T, B> {
+        crate::api::JoinedStreams::new(self.clone(), other.clone())
+    }
+
+    /// Co-groups this stream with `other` in windows (Flink's `DataStream.coGroup`): like
+    /// [`join`](Self::join), but `apply`'s function is called once per key and window with
+    /// all of that key's records of both streams in the window (one side may be empty). See
+    /// [`CoGroupedStreams`](crate::api::CoGroupedStreams).
+    ///
+    /// Per user and minute, how many clicks and how many orders:
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_runtime::window::TumblingEventTimeWindows;
+    /// use std::time::Duration;
+    ///
+    /// let env = StreamEnvironment::new();
+    /// env.set_parallelism(2);
+    /// let by_time = || WatermarkStrategy::for_monotonous_timestamps(|r: &(u32, i64)| r.1);
+    /// let clicks = env
+    ///     .from_iter(vec![(1u32, 1_000i64), (1, 2_000), (2, 3_000)])
+    ///     .assign_timestamps_and_watermarks(by_time());
+    /// let orders = env
+    ///     .from_iter(vec![(1u32, 4_000i64), (3, 5_000)])
+    ///     .assign_timestamps_and_watermarks(by_time());
+    /// let counts = clicks
+    ///     .co_group(&orders)
+    ///     .where_(|c| c.0)
+    ///     .equal_to(|o| o.0)
+    ///     .window(TumblingEventTimeWindows::of(Duration::from_secs(60)))
+    ///     .apply(|user: &u32, clicks: Vec<(u32, i64)>, orders: Vec<(u32, i64)>| {
+    ///         [(*user, clicks.len(), orders.len())]
+    ///     })
+    ///     .collect();
+    /// env.execute_blocking("clicks and orders").unwrap();
+    /// let mut counts = counts.take();
+    /// counts.sort();
+    /// assert_eq!(counts, vec![(1, 2, 1), (2, 1, 0), (3, 0, 1)]);
+    /// ```
+    pub fn co_group<B: Data>(&self, other: &DataStream<B>) -> crate::api::CoGroupedStreams<T, B> {
+        crate::api::CoGroupedStreams::new(self.clone(), other.clone())
+    }
+
     /// Merges this stream with `others` into one stream, named "Union".
     pub fn union(&self, others: impl IntoIterator<Item = DataStream<T>>) -> DataStream<T> {
         let streams: Vec<DataStream<T>> = std::iter::once(self.clone()).chain(others).collect();

@@ -12,6 +12,9 @@
 //!   operator).
 //! - `output.rs`: [`OutputTag`] and [`Tagged`], how main and side outputs share one operator
 //!   output until the API splits them into streams.
+//! - `join.rs`: the interval join: [`ProcessJoinFunction`], called for each joined pair, its
+//!   [`JoinContext`], and the two-input operator behind `KeyedStream::interval_join` (each
+//!   side's records per key by event time, cleanup timers, both checkpointed by key group).
 //!
 //! On the stream API: `KeyedStream::process_keyed` returns a `ProcessedStream`, which is the
 //! main output and gives side outputs with `get_side_output`.
@@ -19,6 +22,7 @@
 mod broadcast;
 mod co;
 mod function;
+mod join;
 mod operator;
 mod output;
 mod timed;
@@ -26,9 +30,6 @@ mod timed;
 mod two_input_tests;
 
 pub use crate::timer::TimeDomain;
-pub use co::{
-    CoContext, CoMapOperator, CoProcessFunction, CoProcessOperator, KeyedCoProcessFunction,
-};
 pub(crate) use broadcast::BroadcastStates;
 pub use broadcast::{
     BroadcastContext, BroadcastProcessFunction, BroadcastProcessOperator, BroadcastState,
@@ -36,8 +37,13 @@ pub use broadcast::{
     KeyedBroadcastProcessOperator, KeyedReadOnlyContext, MapStateDescriptor,
     ReadOnlyBroadcastContext,
 };
+pub use co::{
+    CoContext, CoMapOperator, CoProcessFunction, CoProcessOperator, KeyedCoProcessFunction,
+};
 pub(crate) use co::{KeyedCo, either_key};
 pub use function::{Context, KeyedProcessFunction, StateKey, TimerService};
+pub(crate) use join::{IntervalJoinOperator, JoinBounds};
+pub use join::{JoinContext, ProcessJoinFunction};
 pub use operator::KeyedProcessOperator;
 pub use output::{OutputTag, SideRecord, Tagged};
 pub(crate) use timed::TimedOperator;
