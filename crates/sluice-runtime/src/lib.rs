@@ -9,7 +9,8 @@
 //! - [`key_groups`]: how keys map to key groups and key groups to subtasks;
 //! - [`watermark`]: watermark strategies and the per-task watermark valve;
 //! - [`process`]: keyed process functions with per-key state, timers and side outputs;
-//! - [`window`]: tumbling, sliding and session windows with reduce, aggregate and process;
+//! - [`window`]: tumbling, sliding, session and global windows with reduce, aggregate and
+//!   process; Flink's triggers and evictors;
 //! - `timer` (crate-private): event-time and processing-time timers of keyed operators, kept as
 //!   keyed state; operators reach them through [`process`] (its `TimerService` and
 //!   [`process::TimeDomain`]);

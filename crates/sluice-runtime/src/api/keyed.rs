@@ -124,7 +124,7 @@ impl<T: Data, K, F: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, K, F> {
     /// env.execute_blocking("pairs").unwrap();
     /// let mut sums = sums.take();
     /// sums.sort();
-    /// assert_eq!(sums, vec![4, 6, 10, 12], "1+3, 2+4, 5+7, 6+8 is missing its 8");
+    /// assert_eq!(sums, vec![4, 6, 12], "1+3, 2+4, 5+7; the 6 waits for a partner");
     /// ```
     pub fn count_window(&self, size: u64) -> WindowedStream<T, K, F>
     where
