@@ -91,6 +91,7 @@ pub mod watermark;
 pub mod window;
 
 pub use api::DataStreamSink;
+pub use api::{CoGroupedStreams, IntervalJoin, IntervalJoined, JoinedStreams};
 pub use api::{
     CollectHandle, ConnectedStreams, DataStream, Generator, KeyedConnectedStreams, KeyedStream,
     ProcessedStream, Sink, StreamEnvironment, WindowedStream,

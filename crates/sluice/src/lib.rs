@@ -34,6 +34,8 @@ pub use sluice_runtime::{
     CollectHandle, ConnectedStreams, DataStream, DataStreamSink, Generator, KeyedConnectedStreams,
     KeyedStream, Partitioning, ProcessedStream, Sink, StreamEnvironment, WindowedStream,
 };
+/// Joining two streams: by event-time intervals, in windows, co-grouped in windows.
+pub use sluice_runtime::{CoGroupedStreams, IntervalJoin, IntervalJoined, JoinedStreams};
 /// Writing operators, sources and partitioners.
 pub use sluice_runtime::{
     Collector, Operator, OperatorContext, OperatorState, Partitioner, SourceHead, SourceHeadPoll,

@@ -71,6 +71,66 @@ impl<T: Data, K, F: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, K, F> {
         KeyedConnectedStreams::new(self.clone(), other.clone())
     }
 
+    /// Joins this keyed stream (the left side) with `other` (the right side) by event-time
+    /// intervals (Flink's `KeyedStream.intervalJoin`): a left record at `l` meets each right
+    /// record of its key at `r` with `l + lower <= r <= l + upper`, bounds set with
+    /// [`between_millis`](crate::api::IntervalJoin::between_millis). Each side's records are
+    /// kept per key until the watermark passes the last time a partner could come; records
+    /// need event times, and late ones are dropped or sent to a side output. See
+    /// [`IntervalJoined`](crate::api::IntervalJoined) and
+    /// [`ProcessJoinFunction`](crate::process::ProcessJoinFunction).
+    ///
+    /// Each click (user, time) with the orders (user, time) its user placed up to ten
+    /// seconds after it:
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_runtime::process::{JoinContext, ProcessJoinFunction};
+    ///
+    /// #[derive(Clone)]
+    /// struct Delay;
+    /// impl ProcessJoinFunction<(u32, i64), (u32, i64)> for Delay {
+    ///     type Out = (u32, i64, i64); // (user, click time, delay to the order)
+    ///     fn process_element(&mut self, click: (u32, i64), order: (u32, i64), ctx: &mut JoinContext<'_, Self::Out>) -> Result<(), UserError> {
+    ///         ctx.collect((click.0, click.1, order.1 - click.1));
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let env = StreamEnvironment::new();
+    /// env.set_parallelism(2);
+    /// let by_time = || WatermarkStrategy::for_monotonous_timestamps(|r: &(u32, i64)| r.1);
+    /// let clicks = env
+    ///     .from_iter(vec![(1u32, 1_000i64), (2, 2_000), (1, 30_000)])
+    ///     .assign_timestamps_and_watermarks(by_time())
+    ///     .key_by(|c| c.0);
+    /// let orders = env
+    ///     .from_iter(vec![(1u32, 4_000i64), (2, 1_000), (1, 35_000), (1, 50_000)])
+    ///     .assign_timestamps_and_watermarks(by_time())
+    ///     .key_by(|o| o.0);
+    /// let delays = clicks
+    ///     .interval_join(&orders)
+    ///     .between_millis(0, 10_000)
+    ///     .process(Delay)
+    ///     .collect();
+    /// env.execute_blocking("click to order").unwrap();
+    /// let mut delays = delays.take();
+    /// delays.sort();
+    /// // User 2 ordered before clicking; user 1's order at 50 s came too late after any click.
+    /// assert_eq!(delays, vec![(1, 1_000, 3_000), (1, 30_000, 5_000)]);
+    /// ```
+    pub fn interval_join<B, G>(
+        &self,
+        other: &KeyedStream<B, K, G>,
+    ) -> crate::api::IntervalJoin<T, B, K, F, G>
+    where
+        B: Data,
+        K: StateKey,
+        G: Fn(&B) -> K + Clone + Send + 'static,
+    {
+        crate::api::IntervalJoin::new(self.clone(), other.clone())
+    }
+
     /// The function that extracts the key.
     pub fn key_fn(&self) -> &F {
         &self.key_fn
