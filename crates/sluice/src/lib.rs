@@ -29,13 +29,13 @@
 // cluster mode, exchanges, timers' machinery and checkpoint storage's layout stay behind it
 // (`sluice-node` and `sluice-object-store` reach what they need from `sluice-runtime` itself).
 
+/// Joining two streams: by event-time intervals, in windows, co-grouped in windows.
+pub use sluice_runtime::{CoGroupedStreams, IntervalJoin, IntervalJoined, JoinedStreams};
 /// Writing a job: the environment, streams and their sinks.
 pub use sluice_runtime::{
     CollectHandle, ConnectedStreams, DataStream, DataStreamSink, Generator, KeyedConnectedStreams,
     KeyedStream, Partitioning, ProcessedStream, Sink, StreamEnvironment, WindowedStream,
 };
-/// Joining two streams: by event-time intervals, in windows, co-grouped in windows.
-pub use sluice_runtime::{CoGroupedStreams, IntervalJoin, IntervalJoined, JoinedStreams};
 /// Writing operators, sources and partitioners.
 pub use sluice_runtime::{
     Collector, Operator, OperatorContext, OperatorState, Partitioner, SourceHead, SourceHeadPoll,
