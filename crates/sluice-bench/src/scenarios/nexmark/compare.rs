@@ -52,6 +52,33 @@ fn canonical(row: &Value) -> String {
     out
 }
 
+/// The final result of an upsert stream in `dir`: per key (the first column) the last row of
+/// its file (all rows of a key come from the one subtask that holds the key), sorted.
+pub fn materialize_upserts(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let mut last: BTreeMap<String, String> = BTreeMap::new();
+    let entries = std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))?;
+    for entry in entries {
+        let path = entry
+            .with_context(|| format!("listing {}", dir.display()))?
+            .path();
+        let file =
+            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        for (n, line) in BufReader::new(file).lines().enumerate() {
+            let line = line.with_context(|| format!("reading {}", path.display()))?;
+            if line.is_empty() {
+                continue;
+            }
+            let row: Value = serde_json::from_str(&line)
+                .with_context(|| format!("{}:{}: not a JSON row", path.display(), n + 1))?;
+            let key = row.get(0).map(canonical).unwrap_or_default();
+            last.insert(key, canonical(&row));
+        }
+    }
+    let mut rows: Vec<String> = last.into_values().collect();
+    rows.sort();
+    Ok(rows)
+}
+
 /// The final result in `dir`: every row as many times as it is held at the end, sorted.
 pub fn materialize(dir: &Path) -> anyhow::Result<Vec<String>> {
     let mut counts: BTreeMap<String, i64> = BTreeMap::new();
@@ -139,9 +166,19 @@ pub fn compare_rows(sluice: &[String], flink: &[String]) -> Agreement {
     ))
 }
 
-/// Materializes both directories and compares them.
-pub fn compare_dirs(sluice: &Path, flink: &Path) -> anyhow::Result<Agreement> {
-    Ok(compare_rows(&materialize(sluice)?, &materialize(flink)?))
+/// Materializes both directories (sluice's as an upsert stream when `sluice_upserts`) and
+/// compares them.
+pub fn compare_dirs(
+    sluice: &Path,
+    sluice_upserts: bool,
+    flink: &Path,
+) -> anyhow::Result<Agreement> {
+    let ours = if sluice_upserts {
+        materialize_upserts(sluice)?
+    } else {
+        materialize(sluice)?
+    };
+    Ok(compare_rows(&ours, &materialize(flink)?))
 }
 
 #[cfg(test)]
