@@ -271,7 +271,7 @@ fn ensure_events(work: &Path, config: GeneratorConfig) -> anyhow::Result<(PathBu
         serde_json::to_writer(&mut w, &event)?;
         w.write_all(b"\n")
             .with_context(|| format!("writing {}", path.display()))?;
-        if (i as u64 + 1) % tenth == 0 {
+        if (i as u64 + 1).is_multiple_of(tenth) {
             eprint!(
                 "\r... generating {name}: {}%",
                 (i as u64 + 1) * 100 / config.events
@@ -371,7 +371,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let events = args
         .events
         .unwrap_or(if quick { 1_000_000 } else { 4_000_000 });
-    let reps = args.common.reps_or(1, 2);
+    let reps = args.common.reps_or(1, 1);
     let parallelisms = if args.parallelisms.is_empty() {
         vec![1, 2]
     } else {

@@ -110,7 +110,7 @@ pub fn q1(events: &DataStream<Event>) -> DataStream<(u64, u64, f64, i64, String)
 /// q2, selection: `SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0`.
 pub fn q2(events: &DataStream<Event>) -> DataStream<(u64, u64)> {
     bids(events)
-        .filter(|b: &Bid| b.auction % 123 == 0)
+        .filter(|b: &Bid| b.auction.is_multiple_of(123))
         .map(|b: Bid| (b.auction, b.price))
 }
 
@@ -523,12 +523,11 @@ impl KeyedCoProcessFunction<u64, Person, Auction> for NewSellers {
         let window = window_of(a.date_time);
         let seller = ctx.state();
         match &seller.person {
+            Some((_, w)) if *w == window && seller.reported => {}
             Some((name, w)) if *w == window => {
-                if !seller.reported {
-                    seller.reported = true;
-                    let name = name.clone();
-                    ctx.collect((a.seller, name, window));
-                }
+                seller.reported = true;
+                let name = name.clone();
+                ctx.collect((a.seller, name, window));
             }
             _ if !seller.auction_windows.contains(&window) => {
                 seller.auction_windows.push(window);
