@@ -33,6 +33,8 @@ mod guides {
     struct Iceberg;
     #[doc = include_str!("../../../docs/kafka.md")]
     struct Kafka;
+    #[doc = include_str!("../../../docs/nexmark.md")]
+    struct Nexmark;
     #[doc = include_str!("../../../docs/kubernetes.md")]
     struct Kubernetes;
     #[doc = include_str!("../../../docs/flink-names.md")]
