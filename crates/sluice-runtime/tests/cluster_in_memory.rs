@@ -568,3 +568,40 @@ async fn a_panic_in_user_code_on_a_task_manager_fails_the_job_with_its_message()
     assert!(failure.message.contains("record 12345 is poison"), "{err}");
     assert_eq!(failure.operator_name, "Map");
 }
+
+/// A two-input job over two task managers: both inputs rebalanced (so their channels cross
+/// between the task managers), merged by a co-map, then counted per key.
+fn build_two_input(env: &StreamEnvironment) -> CollectHandle<(u64, u64)> {
+    env.set_parallelism(2);
+    let first = env
+        .from_generator(Generator::new(|i| i).take(RECORDS))
+        .rebalance();
+    let second = env
+        .from_generator(Generator::new(|i| i).take(RECORDS))
+        .rebalance();
+    first
+        .connect(&second)
+        .map(|i: u64| (i % 101, 1u64), |i: u64| (i % 101, 1u64))
+        .key_by(|r: &(u64, u64)| r.0)
+        .process(Totals::default())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_input_job_split_over_two_task_managers_gives_the_local_output() {
+    let cluster = Arc::new(Cluster::default());
+    let plane = Arc::new(MemoryPlane::default());
+    let remote = RemoteTasks::new(Arc::new(Gateway(cluster.clone())), 7);
+    let env = StreamEnvironment::new();
+    let _unused_on_the_master = build_two_input(&env);
+    let handle = env.submit_remote("cluster", remote.clone()).unwrap();
+    for tm in ["tm-a", "tm-b"] {
+        let env = StreamEnvironment::new();
+        let out = build_two_input(&env);
+        cluster.start_worker(tm, &env, out, plane.clone(), remote.clone());
+    }
+    let result = handle.await.unwrap();
+    assert_eq!(result.restarts, 0);
+    let want: Vec<(u64, u64)> = expected().into_iter().map(|(k, n)| (k, 2 * n)).collect();
+    assert_eq!(collected(&cluster), want);
+}
