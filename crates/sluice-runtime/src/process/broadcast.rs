@@ -17,8 +17,10 @@
 //! The operators are two-input operators over [`Either`]: the non-broadcast input first
 //! (`Left`), the broadcast input second (`Right`).
 
+use super::co::timestamp_at;
 use super::function::{Context, StateKey};
-use super::output::{OutputTag, Tagged};
+use super::output::Tagged;
+use super::output::output_methods;
 use super::timed::TimedOperator;
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::state::{BroadcastEntry, OperatorState, ValueState};
@@ -26,7 +28,7 @@ use crate::timer::{InternalTimers, ProcessingClock, TimeDomain, Timer};
 use rustc_hash::FxHashMap;
 use serde::{Serialize, de::DeserializeOwned};
 use sluice_core::codec::{self, CodecError};
-use sluice_core::{CheckpointId, Data, Either, NO_TIMESTAMP, UserError, Watermark};
+use sluice_core::{CheckpointId, Data, Either, UserError, Watermark};
 use std::any::Any;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
@@ -270,11 +272,6 @@ fn mistyped(name: &str) -> UserError {
     format!("broadcast state '{name}' was declared with other key or value types").into()
 }
 
-#[inline]
-fn timestamp_at(ts: Option<&[i64]>, i: usize) -> Option<i64> {
-    ts.map(|ts| ts[i]).filter(|t| *t != NO_TIMESTAMP)
-}
-
 /// A function over a stream connected with a broadcast stream (Flink's
 /// `BroadcastProcessFunction`): [`process_element`](Self::process_element) for the other
 /// input's records reads the broadcast state, and
@@ -358,41 +355,6 @@ pub struct BroadcastContext<'a, Out> {
     clock: &'a ProcessingClock,
     broadcast: &'a mut BroadcastStates,
     out: &'a mut Collector<Tagged<Out>>,
-}
-
-macro_rules! output_methods {
-    () => {
-        /// The event time of the record being processed, if it has one.
-        pub fn timestamp(&self) -> Option<i64> {
-            self.timestamp
-        }
-
-        /// The operator's current watermark (`i64::MIN` before the first).
-        pub fn current_watermark(&self) -> i64 {
-            self.watermark
-        }
-
-        /// Processing time now, in epoch milliseconds.
-        pub fn current_processing_time(&self) -> i64 {
-            self.clock.now_ms()
-        }
-
-        /// Emits `value` on the main output with the record's event time.
-        pub fn collect(&mut self, value: Out) {
-            self.out.collect_timed(Tagged::Main(value), self.timestamp);
-        }
-
-        /// Emits `value` on the main output with event time `timestamp`.
-        pub fn collect_at(&mut self, value: Out, timestamp: i64) {
-            self.out.collect_at(Tagged::Main(value), timestamp);
-        }
-
-        /// Emits `value` on side output `tag` with the record's event time.
-        pub fn output<X: Data>(&mut self, tag: &OutputTag<X>, value: X) {
-            self.out
-                .collect_timed(Tagged::side(tag, value), self.timestamp);
-        }
-    };
 }
 
 impl<Out: Data> ReadOnlyBroadcastContext<'_, Out> {

@@ -11,7 +11,7 @@
 //! - [`CoMapOperator`] applies one closure per side, keeping each record's event time.
 
 use super::function::{Context, KeyedProcessFunction, StateKey};
-use super::output::{OutputTag, Tagged};
+use super::output::{Tagged, output_methods};
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::timer::ProcessingClock;
 use serde::{Serialize, de::DeserializeOwned};
@@ -90,37 +90,7 @@ pub struct CoContext<'a, Out> {
 }
 
 impl<Out: Data> CoContext<'_, Out> {
-    /// The event time of the record being processed, if it has one.
-    pub fn timestamp(&self) -> Option<i64> {
-        self.timestamp
-    }
-
-    /// The operator's current watermark: the minimum over both inputs (`i64::MIN` before the
-    /// first).
-    pub fn current_watermark(&self) -> i64 {
-        self.watermark
-    }
-
-    /// Processing time now, in epoch milliseconds.
-    pub fn current_processing_time(&self) -> i64 {
-        self.clock.now_ms()
-    }
-
-    /// Emits `value` on the main output with the record's event time.
-    pub fn collect(&mut self, value: Out) {
-        self.out.collect_timed(Tagged::Main(value), self.timestamp);
-    }
-
-    /// Emits `value` on the main output with event time `timestamp`.
-    pub fn collect_at(&mut self, value: Out, timestamp: i64) {
-        self.out.collect_at(Tagged::Main(value), timestamp);
-    }
-
-    /// Emits `value` on side output `tag` with the record's event time.
-    pub fn output<X: Data>(&mut self, tag: &OutputTag<X>, value: X) {
-        self.out
-            .collect_timed(Tagged::side(tag, value), self.timestamp);
-    }
+    output_methods!();
 }
 
 /// The event time of record `i` of a batch whose timestamp column is `ts`.

@@ -144,3 +144,50 @@ impl<T> Tagged<T> {
         }
     }
 }
+
+/// The methods every function context with a record's `timestamp`, the operator's
+/// `watermark`, a processing `clock` and a tagged output `out` offers: the event time, the
+/// watermark, processing time, the main output and side outputs. Used inside an
+/// `impl<Out: Data> ...Context<'_, .., Out>` block.
+macro_rules! output_methods {
+    () => {
+        /// The event time of the record being processed, if it has one.
+        pub fn timestamp(&self) -> Option<i64> {
+            self.timestamp
+        }
+
+        /// The operator's current watermark (`i64::MIN` before the first).
+        pub fn current_watermark(&self) -> i64 {
+            self.watermark
+        }
+
+        /// Processing time now, in epoch milliseconds.
+        pub fn current_processing_time(&self) -> i64 {
+            self.clock.now_ms()
+        }
+
+        /// Emits `value` on the main output with the record's event time.
+        pub fn collect(&mut self, value: Out) {
+            self.out
+                .collect_timed($crate::process::Tagged::Main(value), self.timestamp);
+        }
+
+        /// Emits `value` on the main output with event time `timestamp`.
+        pub fn collect_at(&mut self, value: Out, timestamp: i64) {
+            self.out
+                .collect_at($crate::process::Tagged::Main(value), timestamp);
+        }
+
+        /// Emits `value` on side output `tag` with the record's event time.
+        pub fn output<X: sluice_core::Data>(
+            &mut self,
+            tag: &$crate::process::OutputTag<X>,
+            value: X,
+        ) {
+            self.out
+                .collect_timed($crate::process::Tagged::side(tag, value), self.timestamp);
+        }
+    };
+}
+
+pub(crate) use output_methods;
