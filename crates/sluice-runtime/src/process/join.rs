@@ -22,6 +22,7 @@
 //!   last times at which a partner can still arrive without being late. As in Flink, a partner
 //!   with exactly that event time arriving once the watermark is there finds it gone.
 
+use super::co::timestamp_at;
 use super::output::{OutputTag, Tagged};
 use super::timed::TimedOperator;
 use crate::operator::{Collector, Operator, OperatorContext};
@@ -29,7 +30,7 @@ use crate::process::StateKey;
 use crate::state::{OperatorState, ValueState};
 use crate::timer::{InternalTimers, Timer};
 use serde::{Deserialize, Serialize};
-use sluice_core::{CheckpointId, Data, Either, NO_TIMESTAMP, UserError, Watermark};
+use sluice_core::{CheckpointId, Data, Either, UserError, Watermark};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
@@ -343,11 +344,7 @@ where
         let timestamps = out.take_input_timestamps();
         let watermark = self.timers.current_watermark();
         for (i, record) in batch.into_iter().enumerate() {
-            let Some(t) = timestamps
-                .as_deref()
-                .map(|ts| ts[i])
-                .filter(|t| *t != NO_TIMESTAMP)
-            else {
+            let Some(t) = timestamp_at(timestamps.as_deref(), i) else {
                 let side = if record.is_left() { "left" } else { "right" };
                 return Err(format!(
                     "interval join: a record of the {side} input has no event time; both inputs \

@@ -1,13 +1,14 @@
 //! [`KeyedProcessOperator`]: runs a [`KeyedProcessFunction`] after `key_by`, with its per-key
 //! state and timers.
 
+use super::co::timestamp_at;
 use super::function::{Context, KeyedProcessFunction, StateKey};
 use super::output::Tagged;
 use super::timed::TimedOperator;
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::state::{OperatorState, ValueState};
 use crate::timer::{InternalTimers, ProcessingClock, TimeDomain, Timer};
-use sluice_core::{CheckpointId, Data, NO_TIMESTAMP, UserError, Watermark};
+use sluice_core::{CheckpointId, Data, UserError, Watermark};
 use std::marker::PhantomData;
 use std::task::Poll;
 
@@ -108,10 +109,7 @@ where
         let timestamps = out.take_input_timestamps();
         for (i, record) in batch.into_iter().enumerate() {
             let key = (self.key_fn)(&record);
-            let timestamp = timestamps
-                .as_ref()
-                .map(|ts| ts[i])
-                .filter(|t| *t != NO_TIMESTAMP);
+            let timestamp = timestamp_at(timestamps.as_deref(), i);
             let mut ctx = Context {
                 key: &key,
                 timestamp,
