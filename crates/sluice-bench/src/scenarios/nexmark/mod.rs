@@ -4,18 +4,20 @@
 //! - [`model`]: the Person / Auction / Bid events and their JSON-lines layout (the Nexmark
 //!   project's Kafka table);
 //! - [`generator`]: the reference generator's rules, seeded; the events are written once to
-//!   `target/nexmark/events-<n>-seed<s>-rate<r>/events.jsonl` and both engines read that file;
+//!   `target/nexmark/events-<n>-seed<s>-rate<r>[-files<p>]/`, one file per source reader (a run
+//!   at parallelism `p` reads `p` files), and both engines read the same files;
 //! - [`queries`]: one function per query in sluice's DataStream API;
 //! - [`sink`]: the sluice side's rows-to-files sink;
 //! - [`flink`]: installing Flink, compiling and running `flink/NexmarkFlink.java`;
 //! - [`compare`]: the two engines' final results row for row.
 //!
 //! The events are generated in event-time order (the reference's timestamps never decrease, and
-//! the generator checks it as it writes), and each engine reads the one file with one reader,
-//! so no record is ever behind the watermark (4 s behind the highest time read): no record is
-//! late in either engine, whatever the watermark schedule. The sluice probe reports its window
-//! operators' late-record counts, which must be zero; a record Flink dropped as late would show
-//! as a disagreement.
+//! the generator checks it as it writes), event `i` goes to file `i % p`, and each of an
+//! engine's `p` readers reads one file, so no record is ever behind its reader's watermark (4 s
+//! behind the highest time that reader read) nor behind the minimum over the readers that the
+//! operators downstream see: no record is late in either engine, whatever the watermark
+//! schedule. The sluice probe reports its window operators' late-record counts, which must be
+//! zero; a record Flink dropped as late would show as a disagreement.
 //!
 //! Each (query, parallelism) runs in child processes, alternating sluice (this binary's hidden
 //! `nexmark-probe`) and Flink (a JVM). Each child reports its own figures when its job is done:
@@ -228,13 +230,28 @@ struct Written {
     last_ms: i64,
 }
 
-/// Writes the events file once (a `.done` file beside the directory records that it is
-/// complete), checking that event times never decrease; returns the directory.
-fn ensure_events(work: &Path, config: GeneratorConfig) -> anyhow::Result<(PathBuf, Written)> {
-    let name = format!(
+/// Writes the events once into `files` files (a `.done` file beside the directory records that
+/// they are complete), event `i` into file `i % files`, checking that event times never
+/// decrease; returns the directory.
+///
+/// One file per source reader: a run at parallelism `p` reads the directory of `p` files, so
+/// each of either engine's `p` readers reads one file from start to end (a topic of `p`
+/// partitions, as the Nexmark project feeds Flink from Kafka). Each file is in event-time
+/// order, so no reader ever reads a record behind its own watermark, and the operators
+/// downstream take the minimum over the readers: nothing is late.
+fn ensure_events(
+    work: &Path,
+    config: GeneratorConfig,
+    files: usize,
+) -> anyhow::Result<(PathBuf, Written)> {
+    let files = files.max(1);
+    let mut name = format!(
         "events-{}-seed{}-rate{}",
         config.events, config.seed, config.rate
     );
+    if files > 1 {
+        name.push_str(&format!("-files{files}"));
+    }
     let dir = work.join(&name);
     let done = work.join(format!("{name}.done"));
     if let Ok(text) = std::fs::read_to_string(&done)
@@ -246,10 +263,19 @@ fn ensure_events(work: &Path, config: GeneratorConfig) -> anyhow::Result<(PathBu
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join("events.jsonl");
-    let file =
-        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let paths: Vec<PathBuf> = if files == 1 {
+        vec![dir.join("events.jsonl")]
+    } else {
+        (0..files)
+            .map(|i| dir.join(format!("events-{i}.jsonl")))
+            .collect()
+    };
+    let mut writers = Vec::with_capacity(files);
+    for path in &paths {
+        let file =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        writers.push(BufWriter::with_capacity(1 << 20, file));
+    }
     let mut written = Written::default();
     let mut last = i64::MIN;
     let tenth = (config.events / 10).max(1);
@@ -268,7 +294,8 @@ fn ensure_events(work: &Path, config: GeneratorConfig) -> anyhow::Result<(PathBu
             1 => written.auctions += 1,
             _ => written.bids += 1,
         }
-        serde_json::to_writer(&mut w, &event)?;
+        let (w, path) = (&mut writers[i % files], &paths[i % files]);
+        serde_json::to_writer(&mut *w, &event)?;
         w.write_all(b"\n")
             .with_context(|| format!("writing {}", path.display()))?;
         if (i as u64 + 1).is_multiple_of(tenth) {
@@ -278,13 +305,16 @@ fn ensure_events(work: &Path, config: GeneratorConfig) -> anyhow::Result<(PathBu
             );
         }
     }
-    w.flush()
-        .with_context(|| format!("writing {}", path.display()))?;
+    let mut bytes = 0;
+    for (w, path) in writers.iter_mut().zip(&paths) {
+        w.flush()
+            .with_context(|| format!("writing {}", path.display()))?;
+        bytes += std::fs::metadata(path).map_or(0, |m| m.len());
+    }
     written.last_ms = last;
-    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
     eprintln!(
-        "\r... generated {} events ({} persons, {} auctions, {} bids; {:.0} MB, {:.1} s of event \
-         time, in event-time order) in {:.1} s",
+        "\r... generated {} events ({} persons, {} auctions, {} bids; {:.0} MB in {files} \
+         file(s), {:.1} s of event time, in event-time order) in {:.1} s",
         config.events,
         written.persons,
         written.auctions,
@@ -396,7 +426,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         rate: args.rate,
         seed: args.seed,
     };
-    let (events_dir, written) = ensure_events(&work, config)?;
+    let mut events_dirs = std::collections::BTreeMap::new();
+    for &p in &parallelisms {
+        events_dirs.insert(p, ensure_events(&work, config, p)?);
+    }
+    let written = &events_dirs
+        .values()
+        .next()
+        .context("no parallelism to run")?
+        .1;
     let flink = if args.no_flink {
         None
     } else {
@@ -427,6 +465,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let started = Instant::now();
     for query in &selected {
         for &p in &parallelisms {
+            let events_dir = &events_dirs[&p].0;
             let in_sluice = queries::QUERIES.contains(&query.as_str());
             let out_dir = |engine: &str| work.join(format!("out/{query}-p{p}-{engine}"));
             let fresh = |dir: &Path| -> anyhow::Result<()> {
@@ -447,12 +486,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 if in_sluice {
                     let dir = out_dir("sluice");
                     fresh(&dir)?;
-                    sluice_runs.push(run_sluice(query, p, &events_dir, &dir)?);
+                    sluice_runs.push(run_sluice(query, p, events_dir, &dir)?);
                 }
                 if let Some(flink) = &flink {
                     let dir = out_dir("flink");
                     fresh(&dir)?;
-                    flink_runs.push(flink.run(query, p, &events_dir, &dir)?);
+                    flink_runs.push(flink.run(query, p, events_dir, &dir)?);
                 }
             }
             let agreement = if query == "q12" {
@@ -603,5 +642,54 @@ fn print_table(cases: &[Case], to_stderr: bool) {
         eprint!("{out}");
     } else {
         print!("{out}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The files of a run at parallelism 2 hold the events of the one-file run, event `i` in
+    /// file `i % 2`, each file in event-time order.
+    #[test]
+    fn events_are_dealt_round_robin_into_one_file_per_reader() {
+        let work = tempfile::tempdir().unwrap();
+        let config = GeneratorConfig {
+            events: 1000,
+            rate: 10_000,
+            seed: 7,
+        };
+        let (one, w1) = ensure_events(work.path(), config, 1).unwrap();
+        let (two, w2) = ensure_events(work.path(), config, 2).unwrap();
+        assert_eq!(
+            (w1.bids, w1.first_ms, w1.last_ms),
+            (w2.bids, w2.first_ms, w2.last_ms)
+        );
+        let lines = |p: PathBuf| -> Vec<String> {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect()
+        };
+        let all = lines(one.join("events.jsonl"));
+        let parts = [
+            lines(two.join("events-0.jsonl")),
+            lines(two.join("events-1.jsonl")),
+        ];
+        assert_eq!(all.len(), 1000);
+        for (i, line) in all.iter().enumerate() {
+            assert_eq!(&parts[i % 2][i / 2], line, "event {i}");
+        }
+        for part in &parts {
+            let times: Vec<i64> = part
+                .iter()
+                .map(|l| serde_json::from_str::<Event>(l).unwrap().date_time())
+                .collect();
+            assert!(times.is_sorted());
+        }
+        // A second call finds the files written.
+        let (again, _) = ensure_events(work.path(), config, 2).unwrap();
+        assert_eq!(again, two);
     }
 }

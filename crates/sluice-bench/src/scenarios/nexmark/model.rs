@@ -189,9 +189,16 @@ pub fn parse_timestamp(s: &str) -> Option<i64> {
     let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
     let mut ms = 0;
     if b.len() > 20 && b[19] == b'.' {
-        let frac = s.get(20..)?;
-        let digits: String = frac.chars().take(3).collect();
-        ms = digits.parse::<i64>().ok()? * 10_i64.pow(3 - digits.len() as u32);
+        // The first three digits of the fraction, as milliseconds (`.5` is 500).
+        let digits = &b[20..b.len().min(23)];
+        let mut scale = 100;
+        for &d in digits {
+            if !d.is_ascii_digit() {
+                return None;
+            }
+            ms += i64::from(d - b'0') * scale;
+            scale /= 10;
+        }
     }
     let days = days_from_civil(y, u32::try_from(mo).ok()?, u32::try_from(d).ok()?);
     Some(days * 86_400_000 + h * 3_600_000 + mi * 60_000 + sec * 1000 + ms)
