@@ -4,7 +4,11 @@
 //! an event or a checkpoint call, by returning an error, failing the job through its context, or
 //! panicking on its thread, at any point of the job, including after the final checkpoint.
 //!
-//! `SLUICE_EXACTLY_ONCE_TRIALS=N` runs N trials instead of the CI default of 50.
+//! The same trials run twice: with keyed state on the heap, and in RocksDB
+//! (`sluice-rocksdb`, caching so few decoded counts in front of the store that they are written
+//! back to it and read from it again all the time).
+//!
+//! `SLUICE_EXACTLY_ONCE_TRIALS=N` runs N trials of each instead of the CI default of 50.
 
 use sluice_connectors::file::{JsonLinesSink, read_committed};
 use sluice_coordinator::BaseCoordinator;
@@ -28,7 +32,14 @@ struct Outcome {
     coordinator_failures: u32,
 }
 
-async fn trial(seed: u64) -> Outcome {
+/// Where the trials keep keyed state.
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Heap,
+    RocksDb,
+}
+
+async fn trial(seed: u64, backend: Backend) -> Outcome {
     let mut rng = SplitMix64(seed);
     let p = rng.range(1, 4) as usize;
     let source_p = rng.range(1, p as u64) as usize;
@@ -39,8 +50,17 @@ async fn trial(seed: u64) -> Outcome {
     let in_snapshot = rng.next_u64().is_multiple_of(3);
     let dir = tempfile::tempdir().unwrap();
     let checkpoints = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
 
     let env = StreamEnvironment::new();
+    if let Backend::RocksDb = backend {
+        // No value cache to speak of: 16 counts, fewer than the keys of most trials.
+        env.set_state_backend(
+            sluice_rocksdb::RocksDbStateBackend::new(state.path())
+                .memory_budget(4 << 20)
+                .value_cache_bytes(0),
+        );
+    }
     env.set_parallelism(p)
         .set_batch_size(rng.range(8, 64) as usize);
     env.enable_checkpointing(interval);
@@ -86,7 +106,7 @@ async fn trial(seed: u64) -> Outcome {
         .process(CountingPassThrough::new())
         .sink_to_exactly_once(JsonLinesSink::new(dir.path(), "out"));
     let context = format!(
-        "seed {seed}: parallelism {p}, source parallelism {source_p}, {n} records, {keys} keys, \
+        "seed {seed} ({backend:?}): parallelism {p}, source parallelism {source_p}, {n} records, {keys} keys, \
          checkpoints every {interval:?}, up to {failures} failures (in snapshot: {in_snapshot}), \
          coordinator faults: {coordinator:?}"
     );
@@ -138,6 +158,15 @@ async fn trial(seed: u64) -> Outcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_output_is_exactly_the_input_under_random_failures() {
+    trials(Backend::Heap).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_output_is_exactly_the_input_under_random_failures_with_state_in_rocksdb() {
+    trials(Backend::RocksDb).await;
+}
+
+async fn trials(backend: Backend) {
     let trials: u64 = std::env::var("SLUICE_EXACTLY_ONCE_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -145,7 +174,7 @@ async fn committed_output_is_exactly_the_input_under_random_failures() {
     let (mut restarted, mut restarts, mut checkpoints) = (0, 0, 0);
     let (mut coordinator_failures, mut coordinator_restarts) = (0, 0);
     for t in 0..trials {
-        let o = trial(0x5eed_0000 + t).await;
+        let o = trial(0x5eed_0000 + t, backend).await;
         restarted += u64::from(o.restarts > 0);
         restarts += u64::from(o.restarts);
         checkpoints += o.checkpoints;
@@ -154,7 +183,7 @@ async fn committed_output_is_exactly_the_input_under_random_failures() {
         coordinator_restarts += o.restarts.saturating_sub(o.task_failures);
     }
     println!(
-        "{trials} trials: {restarted} restarted ({restarts} restarts, {coordinator_restarts} \
+        "{backend:?}: {trials} trials: {restarted} restarted ({restarts} restarts, {coordinator_restarts} \
          caused by {coordinator_failures} coordinator failures), {checkpoints} checkpoints"
     );
     // The suite must exercise recovery, not just run clean jobs.

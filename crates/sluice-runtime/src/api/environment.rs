@@ -99,6 +99,23 @@ impl StreamEnvironment {
         self
     }
 
+    /// Where keyed state lives (Flink's state backend): the heap by default, or the on-disk
+    /// stores of a backend such as `sluice-rocksdb`'s `RocksDbStateBackend` for state larger
+    /// than memory. Checkpoints of either restore with the other.
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_runtime::state::MemoryStateBackend;
+    ///
+    /// let env = StreamEnvironment::new();
+    /// env.set_state_backend(MemoryStateBackend::new(1 << 20));
+    /// assert_eq!(env.config().state_backend.name(), "memory-store");
+    /// ```
+    pub fn set_state_backend(&self, backend: impl Into<crate::state::StateBackend>) -> &Self {
+        self.lock().config.state_backend = backend.into();
+        self
+    }
+
     /// The current configuration.
     pub fn config(&self) -> JobConfig {
         self.lock().config.clone()

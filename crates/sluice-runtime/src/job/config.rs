@@ -23,6 +23,9 @@ pub struct JobConfig {
     pub batch_size: usize,
     /// Batches (or control elements) one channel holds before its producer waits. Default 4.
     pub channel_capacity: usize,
+    /// Where keyed state lives: the heap (the default) or the stores of a backend such as
+    /// `sluice-rocksdb`'s, for state larger than memory.
+    pub state_backend: crate::state::StateBackend,
 }
 
 impl Default for JobConfig {
@@ -34,6 +37,7 @@ impl Default for JobConfig {
             max_parallelism: DEFAULT_MAX_PARALLELISM,
             batch_size: 1024,
             channel_capacity: 4,
+            state_backend: crate::state::StateBackend::default(),
         }
     }
 }

@@ -2,8 +2,14 @@
 
 use crate::metrics::OperatorMetrics;
 use crate::operator::to_coordinator::{CoordinatorLink, LinkError};
+use crate::state::{KeyedStore, StateBackend, StateError, StoreError, StoreScope, ValueState};
+use serde::{Serialize, de::DeserializeOwned};
 use sluice_core::{AttemptNumber, NodeId, OperatorEvent, SubtaskIndex, UserError};
+use std::hash::Hash;
 use std::sync::Arc;
+
+/// A subtask's keyed store and the bytes each state may cache in front of it.
+pub(crate) type StoreAndCache = (Arc<dyn KeyedStore>, usize);
 
 /// Where an operator instance runs: its operator, subtask, parallelism and attempt.
 ///
@@ -32,6 +38,7 @@ pub(crate) struct ContextParts {
     pub(crate) metrics: Arc<OperatorMetrics>,
     pub(crate) checkpointing: bool,
     pub(crate) to_coordinator: Option<CoordinatorLink>,
+    pub(crate) state_backend: StateBackend,
 }
 
 #[derive(Debug)]
@@ -45,6 +52,9 @@ struct Inner {
     metrics: Arc<OperatorMetrics>,
     checkpointing: bool,
     to_coordinator: Option<CoordinatorLink>,
+    state_backend: StateBackend,
+    /// The keyed store, once an operator state asked for it.
+    store: std::sync::Mutex<Option<Arc<dyn KeyedStore>>>,
 }
 
 impl OperatorContext {
@@ -60,6 +70,8 @@ impl OperatorContext {
                 metrics: parts.metrics,
                 checkpointing: parts.checkpointing,
                 to_coordinator: parts.to_coordinator,
+                state_backend: parts.state_backend,
+                store: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -76,7 +88,67 @@ impl OperatorContext {
             metrics: Arc::new(OperatorMetrics::default()),
             checkpointing: false,
             to_coordinator: None,
+            state_backend: StateBackend::default(),
         })
+    }
+
+    /// The same context with keyed state in stores of `backend` (for tests of operators).
+    pub fn with_state_backend(self, backend: impl Into<StateBackend>) -> Self {
+        let i = &self.inner;
+        Self::new(ContextParts {
+            operator_id: i.operator_id,
+            operator_name: i.operator_name.clone(),
+            subtask_index: i.subtask_index,
+            parallelism: i.parallelism,
+            max_parallelism: i.max_parallelism,
+            attempt_number: i.attempt_number,
+            metrics: i.metrics.clone(),
+            checkpointing: i.checkpointing,
+            to_coordinator: i.to_coordinator.clone(),
+            state_backend: backend.into(),
+        })
+    }
+
+    /// The job's state backend.
+    pub fn state_backend(&self) -> &StateBackend {
+        &self.inner.state_backend
+    }
+
+    /// This subtask's keyed store and the bytes each state may cache in front of it, or `None`
+    /// when keyed state lives on the heap. The store is opened on the first call; later calls
+    /// (other states of the same operator) share it.
+    pub(crate) fn keyed_store(&self) -> Result<Option<StoreAndCache>, StoreError> {
+        let Some(backend) = self.inner.state_backend.store() else {
+            return Ok(None);
+        };
+        let mut slot = sluice_core::sync::lock(&self.inner.store);
+        if let Some(store) = slot.as_ref() {
+            return Ok(Some((store.clone(), backend.cache_bytes())));
+        }
+        let i = &self.inner;
+        let store = backend.open(&StoreScope {
+            node: i.operator_id,
+            operator_name: i.operator_name.clone(),
+            subtask: i.subtask_index,
+            attempt: i.attempt_number,
+            max_parallelism: i.max_parallelism,
+        })?;
+        *slot = Some(store.clone());
+        Ok(Some((store, backend.cache_bytes())))
+    }
+
+    /// Puts `state` in front of this subtask's keyed store when the job's state backend has
+    /// one (see [`ValueState::attach`]); on the heap it does nothing. Keyed operators call it in
+    /// `open`, after `initialize_state` restored what they had.
+    pub fn attach_keyed_state<K, V>(&self, state: &mut ValueState<K, V>) -> Result<(), StateError>
+    where
+        K: Hash + Eq + Clone + Serialize + DeserializeOwned,
+        V: Serialize + DeserializeOwned,
+    {
+        if let Some((store, cache_bytes)) = self.keyed_store()? {
+            state.attach(store, self.max_parallelism(), cache_bytes, &self.describe())?;
+        }
+        Ok(())
     }
 
     /// Whether the job takes checkpoints (and so ends with a final checkpoint). Sinks that commit

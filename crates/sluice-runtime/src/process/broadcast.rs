@@ -19,6 +19,7 @@
 
 use super::co::timestamp_at;
 use super::function::{Context, StateKey};
+use super::operator::store_failure;
 use super::output::Tagged;
 use super::output::output_methods;
 use super::timed::TimedOperator;
@@ -622,12 +623,9 @@ impl<K: StateKey, S: Default + Serialize + DeserializeOwned, Out: Data>
     /// `applyToKeyedState`). The first error stops the visit and is returned.
     pub fn apply_to_keyed_state(
         &mut self,
-        mut f: impl FnMut(&K, &mut S) -> Result<(), UserError>,
+        f: impl FnMut(&K, &mut S) -> Result<(), UserError>,
     ) -> Result<(), UserError> {
-        for (k, s) in self.state.iter_mut() {
-            f(k, s)?;
-        }
-        Ok(())
+        self.state.for_each_mut(f)
     }
 }
 
@@ -707,7 +705,8 @@ where
             },
             broadcast: &self.broadcast,
         };
-        self.func.on_timer(timer.timestamp, &mut ctx)
+        self.func.on_timer(timer.timestamp, &mut ctx)?;
+        store_failure(&mut self.state)
     }
 }
 
@@ -725,6 +724,7 @@ where
         self.max_parallelism = ctx.max_parallelism();
         self.timers.set_clock(ProcessingClock::new());
         self.clock = ProcessingClock::new();
+        ctx.attach_keyed_state(&mut self.state)?;
         self.func.open(ctx)
     }
 
@@ -764,6 +764,7 @@ where
                     self.func.process_broadcast_element(b, &mut ctx)?;
                 }
             }
+            store_failure(&mut self.state)?;
         }
         Ok(())
     }

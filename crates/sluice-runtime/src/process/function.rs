@@ -138,7 +138,7 @@ impl<K: StateKey, S: Default + Serialize + DeserializeOwned, Out: Data> Context<
     }
 
     /// The current key's state, if it has any.
-    pub fn state_if_present(&self) -> Option<&S> {
+    pub fn state_if_present(&mut self) -> Option<&S> {
         self.state.get(self.key)
     }
 

@@ -23,6 +23,7 @@
 //!   with exactly that event time arriving once the watermark is there finds it gone.
 
 use super::co::timestamp_at;
+use super::operator::store_failure;
 use super::output::{OutputTag, Tagged};
 use super::timed::TimedOperator;
 use crate::operator::{Collector, Operator, OperatorContext};
@@ -259,23 +260,27 @@ where
 
     /// How many records each side holds buffered (left, right).
     #[cfg(test)]
-    pub(crate) fn buffered(&self) -> (usize, usize) {
-        fn count<K, T>(state: &ValueState<K, Buffer<T>>) -> usize
+    pub(crate) fn buffered(&mut self) -> (usize, usize) {
+        fn count<K, T>(state: &mut ValueState<K, Buffer<T>>) -> usize
         where
             K: StateKey,
             T: Data,
         {
+            let mut n = 0;
             state
-                .iter()
-                .map(|(_, b)| b.values().map(Vec::len).sum::<usize>())
-                .sum()
+                .for_each_mut(|_, b| {
+                    n += b.values().map(Vec::len).sum::<usize>();
+                    Ok::<(), crate::state::StoreError>(())
+                })
+                .map(|()| n)
+                .unwrap_or(usize::MAX)
         }
-        (count(&self.left), count(&self.right))
+        (count(&mut self.left), count(&mut self.right))
     }
 
     /// Whether nothing is buffered and no cleanup timer is left.
     #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&mut self) -> bool {
         self.left.is_empty() && self.right.is_empty() && self.timers.is_empty()
     }
 }
@@ -316,7 +321,8 @@ where
             Bucket::Left(t) => remove_bucket(&mut self.left, &timer.key, t),
             Bucket::Right(t) => remove_bucket(&mut self.right, &timer.key, t),
         }
-        Ok(())
+        store_failure(&mut self.left)?;
+        store_failure(&mut self.right)
     }
 }
 
@@ -333,6 +339,8 @@ where
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         self.max_parallelism = ctx.max_parallelism();
+        ctx.attach_keyed_state(&mut self.left)?;
+        ctx.attach_keyed_state(&mut self.right)?;
         self.func.open(ctx)
     }
 
@@ -412,6 +420,8 @@ where
                     buffer(&mut self.right, key, t, b);
                 }
             }
+            store_failure(&mut self.left)?;
+            store_failure(&mut self.right)?;
         }
         Ok(())
     }
@@ -626,7 +636,7 @@ mod tests {
         let mut all = Vec::new();
         for h in harnesses.iter_mut() {
             h.process_watermark(Watermark::MAX).unwrap();
-            assert!(h.operator().is_empty(), "the final watermark cleans up");
+            assert!(h.operator_mut().is_empty(), "the final watermark cleans up");
             all.extend(h.timed_records());
         }
         seen(all)
@@ -737,20 +747,20 @@ mod tests {
             h.process_record_at(Either::Right((1 + (t % 2) as u8, t as u32)), t)
                 .unwrap();
         }
-        assert_eq!(h.operator().buffered(), (10, 10));
+        assert_eq!(h.operator_mut().buffered(), (10, 10));
         h.process_watermark(Watermark::new(4)).unwrap();
-        assert_eq!(h.operator().buffered(), (10, 10));
+        assert_eq!(h.operator_mut().buffered(), (10, 10));
         h.process_watermark(Watermark::new(5)).unwrap();
         assert_eq!(
-            h.operator().buffered(),
+            h.operator_mut().buffered(),
             (10, 9),
             "the right record at 0 is gone at 5"
         );
         h.process_watermark(Watermark::new(12)).unwrap();
-        assert_eq!(h.operator().buffered(), (7, 2));
+        assert_eq!(h.operator_mut().buffered(), (7, 2));
         h.process_watermark(Watermark::new(19)).unwrap();
-        assert_eq!(h.operator().buffered(), (0, 0));
-        assert!(h.operator().is_empty(), "no key and no timer is left");
+        assert_eq!(h.operator_mut().buffered(), (0, 0));
+        assert!(h.operator_mut().is_empty(), "no key and no timer is left");
         // The watermark passes on.
         assert_eq!(
             h.watermarks(),
@@ -805,6 +815,6 @@ mod tests {
         let out = h.records();
         assert_eq!(out.len(), 1, "only the pair with the record at 50");
         assert!(matches!(out[0], Tagged::Main((0, 2, 50, 50))));
-        assert_eq!(h.operator().buffered(), (1, 1));
+        assert_eq!(h.operator_mut().buffered(), (1, 1));
     }
 }

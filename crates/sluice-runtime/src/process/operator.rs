@@ -82,7 +82,8 @@ where
             timers: &mut self.timers,
             out,
         };
-        self.func.on_timer(timer.timestamp, &mut ctx)
+        self.func.on_timer(timer.timestamp, &mut ctx)?;
+        store_failure(&mut self.state)
     }
 }
 
@@ -98,6 +99,7 @@ where
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         self.max_parallelism = ctx.max_parallelism();
         self.timers.set_clock(ProcessingClock::new());
+        ctx.attach_keyed_state(&mut self.state)?;
         self.func.open(ctx)
     }
 
@@ -119,6 +121,7 @@ where
                 out,
             };
             self.func.process_element(record, &mut ctx)?;
+            store_failure(&mut self.state)?;
         }
         Ok(())
     }
@@ -155,5 +158,17 @@ where
         self.state.restore_from(&state)?;
         self.timers.restore_from(&state)?;
         Ok(())
+    }
+}
+
+/// The store failure `state` kept while user code ran, as the operator's error.
+pub(crate) fn store_failure<K, V>(state: &mut ValueState<K, V>) -> Result<(), UserError>
+where
+    K: StateKey,
+    V: serde::Serialize + serde::de::DeserializeOwned,
+{
+    match state.take_error() {
+        None => Ok(()),
+        Some(e) => Err(e.into()),
     }
 }

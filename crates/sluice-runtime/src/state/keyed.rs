@@ -1,18 +1,39 @@
 //! Keyed state: [`ValueState`] (one value per key) and [`MapState`] (a map per key), stored by
 //! key group so that a restore at another parallelism moves each key with its key group.
+//!
+//! A state lives on the heap until [`ValueState::attach`] puts it in front of a
+//! [`KeyedStore`](super::KeyedStore) (the job's state backend, see `backend.rs`); from then on it
+//! is a bounded write-back cache of decoded values over the store (`StoreTier` below). Both
+//! tiers snapshot to the same keyed entries, so a checkpoint taken with one backend restores
+//! with the other.
 
-use super::{KeyGroupEntry, OperatorState};
+use super::backend::{KeyedStore, StoreError, StoreWrite, key_prefix, prefix_end, state_id};
+use super::{KeyGroupEntry, OperatorState, StateError};
 use crate::key_groups::key_group;
 use rustc_hash::FxHashMap;
 use serde::{Serialize, de::DeserializeOwned};
 use sluice_core::codec::{self, CodecError};
 use std::collections::BTreeMap;
 use std::hash::Hash;
+use std::sync::Arc;
+
+/// Bytes a cached entry is assumed to take before the first write-back measures it.
+const FIRST_ENTRY_ESTIMATE: usize = 256;
+/// Bytes of bookkeeping per cached entry on top of its encoded key and value.
+const ENTRY_OVERHEAD: usize = 48;
+/// Fewest entries a cache holds, whatever the budget.
+const MIN_CACHED: usize = 16;
 
 /// One value per key, for operators after `key_by`.
 ///
 /// The operator owns it as a field, updates it per record, writes it in `snapshot_state` and reads
 /// it back in `initialize_state`. Only the keys of this subtask's key groups come back.
+///
+/// On the heap (the default) every method is a hash-map operation. After
+/// [`attach`](Self::attach) to a store, the methods that read (`get`, `get_mut`,
+/// `get_or_default`, `update`, `remove`) load a missing key from the store, and the values
+/// changed go back to it in batches; a store failure there is kept and returned by
+/// [`take_error`](Self::take_error), which the operator checks after each call of user code.
 ///
 /// ```
 /// use sluice_runtime::state::ValueState;
@@ -27,33 +48,266 @@ use std::hash::Hash;
 /// restored.restore_from(&snapshot).unwrap();
 /// assert_eq!(restored.get(&"alice".to_string()), Some(&2));
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct ValueState<K, V> {
     name: String,
-    values: FxHashMap<K, V>,
+    tier: Tier<K, V>,
+}
+
+#[derive(Debug)]
+enum Tier<K, V> {
+    Heap(FxHashMap<K, V>),
+    Store(Box<StoreTier<K, V>>),
+}
+
+impl<K: Clone, V: Clone> Clone for ValueState<K, V> {
+    /// A copy of a heap state; a state attached to a store copies as an empty heap state.
+    fn clone(&self) -> Self {
+        let tier = match &self.tier {
+            Tier::Heap(m) => Tier::Heap(m.clone()),
+            Tier::Store(_) => Tier::Heap(FxHashMap::default()),
+        };
+        ValueState {
+            name: self.name.clone(),
+            tier,
+        }
+    }
+}
+
+/// A cached value: `None` is a key known to have no value (absent or removed).
+#[derive(Debug)]
+struct Slot<V> {
+    value: Option<V>,
+    dirty: bool,
+}
+
+/// A state in front of a store: the cache of decoded values and what it needs to reach the
+/// store.
+#[derive(Debug)]
+struct StoreTier<K, V> {
+    store: Arc<dyn KeyedStore>,
+    id: u32,
+    max_parallelism: usize,
+    operator: String,
+    cache: FxHashMap<K, Slot<V>>,
+    /// Most entries the cache holds before a write-back.
+    cap: usize,
+    /// The budget `cap` is derived from.
+    cache_bytes: usize,
+    /// The first store failure not yet taken by the operator.
+    error: Option<StoreError>,
+}
+
+impl<K, V> StoreTier<K, V>
+where
+    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
+    V: Serialize + DeserializeOwned,
+{
+    fn keep(&mut self, e: StoreError) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+
+    /// Makes sure `key` is in the cache (loading it, writing back first if the cache is full).
+    fn ensure(&mut self, name: &str, key: &K) {
+        if self.cache.contains_key(key) {
+            return;
+        }
+        if self.cache.len() >= self.cap
+            && let Err(e) = self.write_back(name, true)
+        {
+            self.keep(e);
+        }
+        let value = match self.read(name, key) {
+            Ok(v) => v,
+            Err(e) => {
+                self.keep(e);
+                None
+            }
+        };
+        self.cache.insert(
+            key.clone(),
+            Slot {
+                value,
+                dirty: false,
+            },
+        );
+    }
+
+    fn read(&self, name: &str, key: &K) -> Result<Option<V>, StoreError> {
+        let k = store_key(self.max_parallelism, self.id, key)
+            .map_err(|e| decode_error(&self.operator, name, e))?;
+        match self.store.get(&k)? {
+            None => Ok(None),
+            Some(bytes) => codec::decode(&bytes)
+                .map(Some)
+                .map_err(|e| decode_error(&self.operator, name, e)),
+        }
+    }
+
+    /// Writes every dirty entry to the store in one batch; with `evict`, empties the cache and
+    /// sizes the next one from what this batch measured.
+    fn write_back(&mut self, name: &str, evict: bool) -> Result<(), StoreError> {
+        let mut batch: Vec<StoreWrite> = Vec::new();
+        let mut bytes = 0usize;
+        for (k, slot) in self.cache.iter_mut().filter(|(_, s)| s.dirty) {
+            let key = store_key(self.max_parallelism, self.id, k)
+                .map_err(|e| decode_error(&self.operator, name, e))?;
+            let value = match &slot.value {
+                Some(v) => {
+                    Some(codec::encode(v).map_err(|e| decode_error(&self.operator, name, e))?)
+                }
+                None => None,
+            };
+            bytes += key.len() + value.as_ref().map_or(0, Vec::len);
+            batch.push((key, value));
+            slot.dirty = false;
+        }
+        let n = batch.len();
+        if n > 0 {
+            self.store.write(batch)?;
+        }
+        if evict {
+            if let Some(per_entry) = bytes.checked_div(n) {
+                self.cap = (self.cache_bytes / (per_entry + ENTRY_OVERHEAD)).max(MIN_CACHED);
+            }
+            self.cache.clear();
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with the raw key (after the prefix) and value of every stored entry of key
+    /// group `group`, in key order.
+    fn scan_group(
+        &self,
+        group: usize,
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let start = key_prefix(group, self.id);
+        let end = prefix_end(&start);
+        self.store
+            .scan(&start, &end, &mut |k, v| f(&k[start.len()..], v))
+    }
+}
+
+/// The store key of `key` in state `id`.
+fn store_key<K: Hash + Serialize>(
+    max_parallelism: usize,
+    id: u32,
+    key: &K,
+) -> Result<Vec<u8>, CodecError> {
+    let mut k = key_prefix(key_group(key, max_parallelism), id).to_vec();
+    codec::encode_into(key, &mut k)?;
+    Ok(k)
+}
+
+fn decode_error(operator: &str, state: &str, e: CodecError) -> StoreError {
+    StoreError::Decode {
+        state: state.to_string(),
+        operator: operator.to_string(),
+        message: e.to_string(),
+    }
 }
 
 impl<K, V> ValueState<K, V>
 where
-    K: Hash + Eq + Serialize + DeserializeOwned,
+    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
     V: Serialize + DeserializeOwned,
 {
-    /// An empty state named `name` (unique within its operator).
+    /// An empty state named `name` (unique within its operator), on the heap.
     pub fn new(name: &str) -> Self {
         ValueState {
             name: name.to_string(),
-            values: FxHashMap::default(),
+            tier: Tier::Heap(FxHashMap::default()),
+        }
+    }
+
+    /// The state's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Puts this state in front of `store`, which the state's operator (named `operator`, for
+    /// errors) opened from the job's state backend: what the state holds so far (restored keys)
+    /// goes to the store, and from now on at most about `cache_bytes` of decoded values stay in
+    /// memory. Attaching twice is an error of the caller and keeps the first store.
+    pub fn attach(
+        &mut self,
+        store: Arc<dyn KeyedStore>,
+        max_parallelism: usize,
+        cache_bytes: usize,
+        operator: &str,
+    ) -> Result<(), StateError> {
+        let Tier::Heap(values) = &mut self.tier else {
+            return Ok(());
+        };
+        let id = state_id(&self.name);
+        let mut batch = Vec::new();
+        for (k, v) in values.drain() {
+            batch.push((
+                store_key(max_parallelism, id, &k)?,
+                Some(codec::encode(&v)?),
+            ));
+            if batch.len() >= 4096 {
+                store.write(std::mem::take(&mut batch))?;
+            }
+        }
+        if !batch.is_empty() {
+            store.write(batch)?;
+        }
+        self.tier = Tier::Store(Box::new(StoreTier {
+            store,
+            id,
+            max_parallelism,
+            operator: operator.to_string(),
+            cache: FxHashMap::default(),
+            cap: (cache_bytes / (FIRST_ENTRY_ESTIMATE + ENTRY_OVERHEAD)).max(MIN_CACHED),
+            cache_bytes,
+            error: None,
+        }));
+        Ok(())
+    }
+
+    /// Whether the state is in front of a store.
+    pub fn is_attached(&self) -> bool {
+        matches!(self.tier, Tier::Store(_))
+    }
+
+    /// The first store failure since the last call, if any. With a store, the reading methods
+    /// cannot return one: they act as if the key had no value and keep the failure here, and
+    /// the operator fails with it after the user code that saw it returns.
+    pub fn take_error(&mut self) -> Option<StoreError> {
+        match &mut self.tier {
+            Tier::Heap(_) => None,
+            Tier::Store(s) => s.error.take(),
         }
     }
 
     /// The value of `key`.
-    pub fn get(&self, key: &K) -> Option<&V> {
-        self.values.get(key)
+    pub fn get(&mut self, key: &K) -> Option<&V> {
+        match &mut self.tier {
+            Tier::Heap(m) => m.get(key),
+            Tier::Store(s) => {
+                s.ensure(&self.name, key);
+                s.cache.get(key).and_then(|slot| slot.value.as_ref())
+            }
+        }
     }
 
     /// The value of `key`, mutably.
     pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
-        self.values.get_mut(key)
+        match &mut self.tier {
+            Tier::Heap(m) => m.get_mut(key),
+            Tier::Store(s) => {
+                s.ensure(&self.name, key);
+                let slot = s.cache.get_mut(key)?;
+                if slot.value.is_some() {
+                    slot.dirty = true;
+                }
+                slot.value.as_mut()
+            }
+        }
     }
 
     /// The value of `key`, inserting the default first if absent.
@@ -61,88 +315,268 @@ where
     where
         V: Default,
     {
-        self.values.entry(key).or_default()
+        match &mut self.tier {
+            Tier::Heap(m) => m.entry(key).or_default(),
+            Tier::Store(s) => {
+                s.ensure(&self.name, &key);
+                let slot = s.cache.entry(key).or_insert(Slot {
+                    value: None,
+                    dirty: false,
+                });
+                slot.dirty = true;
+                slot.value.get_or_insert_with(V::default)
+            }
+        }
     }
 
-    /// Sets the value of `key`.
+    /// Sets the value of `key`, returning the one it replaces.
     pub fn update(&mut self, key: K, value: V) -> Option<V> {
-        self.values.insert(key, value)
+        match &mut self.tier {
+            Tier::Heap(m) => m.insert(key, value),
+            Tier::Store(s) => {
+                s.ensure(&self.name, &key);
+                let slot = s.cache.entry(key).or_insert(Slot {
+                    value: None,
+                    dirty: false,
+                });
+                slot.dirty = true;
+                slot.value.replace(value)
+            }
+        }
     }
 
-    /// Removes `key`.
+    /// Removes `key`, returning its value.
     pub fn remove(&mut self, key: &K) -> Option<V> {
-        self.values.remove(key)
+        match &mut self.tier {
+            Tier::Heap(m) => m.remove(key),
+            Tier::Store(s) => {
+                s.ensure(&self.name, key);
+                let slot = s.cache.get_mut(key)?;
+                let old = slot.value.take();
+                if old.is_some() {
+                    slot.dirty = true;
+                }
+                old
+            }
+        }
     }
 
-    /// Every key and value.
-    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.values.iter()
-    }
-
-    /// Every key and its value, mutably.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut V)> {
-        self.values.iter_mut()
+    /// Calls `f` with every key and its value, which it may change; the first error stops the
+    /// visit. With a store this streams over the stored keys, key group by key group, writing
+    /// back what changed.
+    pub fn for_each_mut<E: From<StoreError>>(
+        &mut self,
+        mut f: impl FnMut(&K, &mut V) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.retain_or_visit(|k, v| f(k, v).map(|()| true))
     }
 
     /// Keeps only the keys for which `keep` returns true.
-    pub fn retain(&mut self, keep: impl FnMut(&K, &mut V) -> bool) {
-        self.values.retain(keep);
+    pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) -> Result<(), StoreError> {
+        self.retain_or_visit(|k, v| Ok::<bool, StoreError>(keep(k, v)))
     }
 
-    /// Number of keys.
-    pub fn len(&self) -> usize {
-        self.values.len()
+    fn retain_or_visit<E: From<StoreError>>(
+        &mut self,
+        mut f: impl FnMut(&K, &mut V) -> Result<bool, E>,
+    ) -> Result<(), E> {
+        let name = self.name.clone();
+        match &mut self.tier {
+            Tier::Heap(m) => {
+                let mut failed = None;
+                m.retain(|k, v| {
+                    if failed.is_some() {
+                        return true;
+                    }
+                    match f(k, v) {
+                        Ok(keep) => keep,
+                        Err(e) => {
+                            failed = Some(e);
+                            true
+                        }
+                    }
+                });
+                failed.map_or(Ok(()), Err)
+            }
+            Tier::Store(s) => {
+                s.write_back(&name, true)?;
+                for group in 0..s.max_parallelism {
+                    let mut entries: Vec<(K, V)> = Vec::new();
+                    let mut bad = None;
+                    s.scan_group(group, &mut |k, v| match (
+                        codec::decode::<K>(k),
+                        codec::decode::<V>(v),
+                    ) {
+                        (Ok(k), Ok(v)) => {
+                            entries.push((k, v));
+                            true
+                        }
+                        (Err(e), _) | (_, Err(e)) => {
+                            bad = Some(e);
+                            false
+                        }
+                    })?;
+                    if let Some(e) = bad {
+                        return Err(decode_error(&s.operator, &name, e).into());
+                    }
+                    let mut batch = Vec::new();
+                    for (k, mut v) in entries {
+                        let keep = f(&k, &mut v)?;
+                        let key = store_key(s.max_parallelism, s.id, &k)
+                            .map_err(|e| decode_error(&s.operator, &name, e))?;
+                        let value = if keep {
+                            Some(
+                                codec::encode(&v)
+                                    .map_err(|e| decode_error(&s.operator, &name, e))?,
+                            )
+                        } else {
+                            None
+                        };
+                        batch.push((key, value));
+                    }
+                    if !batch.is_empty() {
+                        s.store.write(batch)?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Every key and value, copied. With a store this reads all of it into memory: for small
+    /// states and tests.
+    pub fn entries(&mut self) -> Result<Vec<(K, V)>, StoreError>
+    where
+        V: Clone,
+    {
+        let mut all = Vec::new();
+        self.for_each_mut(|k, v| {
+            all.push((k.clone(), v.clone()));
+            Ok::<(), StoreError>(())
+        })?;
+        Ok(all)
+    }
+
+    /// Number of keys (with a store, a scan of all of them).
+    pub fn len(&mut self) -> usize {
+        match &mut self.tier {
+            Tier::Heap(m) => m.len(),
+            Tier::Store(_) => {
+                let mut n = 0;
+                match self.for_each_mut(|_, _| {
+                    n += 1;
+                    Ok::<(), StoreError>(())
+                }) {
+                    Ok(()) => n,
+                    Err(e) => {
+                        if let Tier::Store(s) = &mut self.tier {
+                            s.keep(e);
+                        }
+                        n
+                    }
+                }
+            }
+        }
     }
 
     /// Whether there is no key.
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+    pub fn is_empty(&mut self) -> bool {
+        self.len() == 0
     }
 
     /// Writes one keyed entry per non-empty key group.
     pub fn snapshot_into(
-        &self,
+        &mut self,
         max_parallelism: usize,
         state: &mut OperatorState,
-    ) -> Result<(), CodecError> {
-        // One pass over the map: each pair is encoded straight into its key group's buffer. An
-        // entry is the encoding of the group's `Vec<(K, V)>` (its length as a varint, then the
-        // pairs), so the count is put in front at the end.
-        let mut groups: Vec<(u64, Vec<u8>)> =
-            (0..max_parallelism).map(|_| (0, Vec::new())).collect();
-        for (k, v) in &self.values {
-            let (n, buf) = &mut groups[key_group(k, max_parallelism)];
-            codec::encode_into(&(k, v), buf)?;
-            *n += 1;
-        }
-        for (g, (n, pairs)) in groups.into_iter().enumerate() {
-            if n == 0 {
-                continue;
+    ) -> Result<(), StateError> {
+        match &mut self.tier {
+            Tier::Heap(values) => {
+                // One pass over the map: each pair is encoded straight into its key group's
+                // buffer. An entry is the encoding of the group's `Vec<(K, V)>` (its length as a
+                // varint, then the pairs), so the count is put in front at the end.
+                let mut groups: Vec<(u64, Vec<u8>)> =
+                    (0..max_parallelism).map(|_| (0, Vec::new())).collect();
+                for (k, v) in values.iter() {
+                    let (n, buf) = &mut groups[key_group(k, max_parallelism)];
+                    codec::encode_into(&(k, v), buf)?;
+                    *n += 1;
+                }
+                for (g, (n, pairs)) in groups.into_iter().enumerate() {
+                    push_group(state, &self.name, g, n, pairs)?;
+                }
             }
-            let mut data = Vec::with_capacity(pairs.len() + 10);
-            codec::encode_into(&n, &mut data)?;
-            data.extend_from_slice(&pairs);
-            state.push_keyed(KeyGroupEntry {
-                state: self.name.clone(),
-                key_group: g as u32,
-                data,
-            });
+            Tier::Store(s) => {
+                s.write_back(&self.name, false)?;
+                // A stored key is the encoded key after the prefix and its value the encoded
+                // value, so a pair's encoding is the two byte strings one after the other.
+                for g in 0..s.max_parallelism {
+                    let (mut n, mut pairs) = (0u64, Vec::new());
+                    s.scan_group(g, &mut |k, v| {
+                        pairs.extend_from_slice(k);
+                        pairs.extend_from_slice(v);
+                        n += 1;
+                        true
+                    })?;
+                    push_group(state, &self.name, g, n, pairs)?;
+                }
+            }
         }
         Ok(())
     }
 
     /// Adds every key of this state's entries in `state` (other states' entries are skipped).
-    pub fn restore_from(&mut self, state: &OperatorState) -> Result<(), CodecError> {
-        for e in state
+    pub fn restore_from(&mut self, state: &OperatorState) -> Result<(), StateError> {
+        let entries = state
             .keyed_entries()
             .iter()
-            .filter(|e| e.state == self.name)
-        {
-            let pairs: Vec<(K, V)> = codec::decode(&e.data)?;
-            self.values.extend(pairs);
+            .filter(|e| e.state == self.name);
+        match &mut self.tier {
+            Tier::Heap(values) => {
+                for e in entries {
+                    let pairs: Vec<(K, V)> = codec::decode(&e.data)?;
+                    values.extend(pairs);
+                }
+            }
+            Tier::Store(s) => {
+                for e in entries {
+                    let pairs: Vec<(K, V)> = codec::decode(&e.data)?;
+                    let mut batch = Vec::with_capacity(pairs.len());
+                    for (k, v) in pairs {
+                        s.cache.remove(&k);
+                        batch.push((
+                            store_key(s.max_parallelism, s.id, &k)?,
+                            Some(codec::encode(&v)?),
+                        ));
+                    }
+                    s.store.write(batch)?;
+                }
+            }
         }
         Ok(())
     }
+}
+
+/// Appends the keyed entry of `n` encoded pairs of key group `group`, if there are any.
+fn push_group(
+    state: &mut OperatorState,
+    name: &str,
+    group: usize,
+    n: u64,
+    pairs: Vec<u8>,
+) -> Result<(), CodecError> {
+    if n == 0 {
+        return Ok(());
+    }
+    let mut data = Vec::with_capacity(pairs.len() + 10);
+    codec::encode_into(&n, &mut data)?;
+    data.extend_from_slice(&pairs);
+    state.push_keyed(KeyGroupEntry {
+        state: name.to_string(),
+        key_group: group as u32,
+        data,
+    });
+    Ok(())
 }
 
 /// A map per key (Flink's `MapState`): for each key, user keys to user values.
@@ -153,14 +587,14 @@ where
 /// visits.put(1, "/home".into(), 3);
 /// assert_eq!(visits.get(&1, &"/home".to_string()), Some(&3));
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct MapState<K, UK, UV> {
     inner: ValueState<K, BTreeMap<UK, UV>>,
 }
 
 impl<K, UK, UV> MapState<K, UK, UV>
 where
-    K: Hash + Eq + Serialize + DeserializeOwned,
+    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
     UK: Ord + Serialize + DeserializeOwned,
     UV: Serialize + DeserializeOwned,
 {
@@ -171,8 +605,25 @@ where
         }
     }
 
+    /// Puts this state in front of a store; see [`ValueState::attach`].
+    pub fn attach(
+        &mut self,
+        store: Arc<dyn KeyedStore>,
+        max_parallelism: usize,
+        cache_bytes: usize,
+        operator: &str,
+    ) -> Result<(), StateError> {
+        self.inner
+            .attach(store, max_parallelism, cache_bytes, operator)
+    }
+
+    /// The first store failure since the last call; see [`ValueState::take_error`].
+    pub fn take_error(&mut self) -> Option<StoreError> {
+        self.inner.take_error()
+    }
+
     /// The value of `user_key` under `key`.
-    pub fn get(&self, key: &K, user_key: &UK) -> Option<&UV> {
+    pub fn get(&mut self, key: &K, user_key: &UK) -> Option<&UV> {
         self.inner.get(key).and_then(|m| m.get(user_key))
     }
 
@@ -187,21 +638,21 @@ where
     }
 
     /// The map of `key`.
-    pub fn entries(&self, key: &K) -> Option<&BTreeMap<UK, UV>> {
+    pub fn entries(&mut self, key: &K) -> Option<&BTreeMap<UK, UV>> {
         self.inner.get(key)
     }
 
     /// Writes one keyed entry per non-empty key group.
     pub fn snapshot_into(
-        &self,
+        &mut self,
         max_parallelism: usize,
         state: &mut OperatorState,
-    ) -> Result<(), CodecError> {
+    ) -> Result<(), StateError> {
         self.inner.snapshot_into(max_parallelism, state)
     }
 
     /// Adds every key of this state's entries in `state`.
-    pub fn restore_from(&mut self, state: &OperatorState) -> Result<(), CodecError> {
+    pub fn restore_from(&mut self, state: &OperatorState) -> Result<(), StateError> {
         self.inner.restore_from(state)
     }
 }
@@ -234,7 +685,7 @@ mod tests {
         for (s, snap) in new.iter().enumerate() {
             let mut st: ValueState<u64, u64> = ValueState::new("c");
             st.restore_from(snap).unwrap();
-            for (k, v) in st.iter() {
+            for (k, v) in st.entries().unwrap().iter() {
                 assert_eq!(*v, k * 10);
                 let g = key_group(k, maxp);
                 assert_eq!(crate::key_groups::subtask_for_key_group(g, maxp, 3), s);
@@ -273,5 +724,191 @@ mod tests {
         let mut b: ValueState<u8, u8> = ValueState::new("b");
         b.restore_from(&snap).unwrap();
         assert!(b.is_empty());
+    }
+
+    use crate::state::backend::{KeyedStateBackend, MemoryStateBackend, StoreScope};
+    use proptest::prelude::*;
+
+    fn memory_store() -> Arc<dyn KeyedStore> {
+        let scope = StoreScope {
+            node: sluice_core::NodeId(0),
+            operator_name: "test".into(),
+            subtask: 0,
+            attempt: 0,
+            max_parallelism: 16,
+        };
+        MemoryStateBackend::new(0).open(&scope).unwrap()
+    }
+
+    /// A state in front of a memory store whose cache holds only `MIN_CACHED` entries.
+    fn on_store<V: Serialize + DeserializeOwned>(name: &str) -> ValueState<u32, V> {
+        let mut st = ValueState::new(name);
+        st.attach(memory_store(), 16, 0, "test").unwrap();
+        st
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Add(u32, u32),
+        Set(u32, u32),
+        Remove(u32),
+        Get(u32),
+        Snapshot,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let key = 0u32..300;
+        prop_oneof![
+            (key.clone(), 0u32..10).prop_map(|(k, v)| Op::Add(k, v)),
+            (key.clone(), 0u32..10).prop_map(|(k, v)| Op::Set(k, v)),
+            key.clone().prop_map(Op::Remove),
+            key.prop_map(Op::Get),
+            Just(Op::Snapshot),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the sequence of reads, writes and snapshots, a state in front of a store
+        /// (with a cache far smaller than its keys, so that it writes back and reloads all the
+        /// time) answers as the heap state does and snapshots to the very same bytes.
+        #[test]
+        fn a_store_backed_state_behaves_as_the_heap_one(ops in proptest::collection::vec(op(), 1..600)) {
+            let mut heap: ValueState<u32, u32> = ValueState::new("s");
+            let mut store: ValueState<u32, u32> = on_store("s");
+            for op in ops {
+                match op {
+                    Op::Add(k, v) => {
+                        *heap.get_or_default(k) += v;
+                        *store.get_or_default(k) += v;
+                    }
+                    Op::Set(k, v) => prop_assert_eq!(heap.update(k, v), store.update(k, v)),
+                    Op::Remove(k) => prop_assert_eq!(heap.remove(&k), store.remove(&k)),
+                    Op::Get(k) => prop_assert_eq!(heap.get(&k).copied(), store.get(&k).copied()),
+                    Op::Snapshot => {
+                        let (mut a, mut b) = (OperatorState::default(), OperatorState::default());
+                        heap.snapshot_into(16, &mut a).unwrap();
+                        store.snapshot_into(16, &mut b).unwrap();
+                        let mut ea = a.keyed_entries().to_vec();
+                        ea.sort_by_key(|e| e.key_group);
+                        let eb = b.keyed_entries().to_vec();
+                        // The heap encodes in hash order, the store in key order: compare the
+                        // pairs each entry holds.
+                        prop_assert_eq!(ea.len(), eb.len());
+                        for (x, y) in ea.iter().zip(&eb) {
+                            prop_assert_eq!(x.key_group, y.key_group);
+                            let mut px: Vec<(u32, u32)> = codec::decode(&x.data).unwrap();
+                            let py: Vec<(u32, u32)> = codec::decode(&y.data).unwrap();
+                            px.sort();
+                            let mut sorted = py.clone();
+                            sorted.sort();
+                            prop_assert_eq!(px, sorted);
+                        }
+                    }
+                }
+            }
+            prop_assert!(store.take_error().is_none());
+            let mut a = heap.entries().unwrap();
+            let mut b = store.entries().unwrap();
+            a.sort();
+            b.sort();
+            prop_assert_eq!(a, b);
+        }
+    }
+
+    #[test]
+    fn a_heap_snapshot_restores_into_a_store_and_back() {
+        let mut heap: ValueState<u32, String> = ValueState::new("s");
+        for k in 0..1000 {
+            heap.update(k, format!("v{k}"));
+        }
+        let mut snap = OperatorState::default();
+        heap.snapshot_into(16, &mut snap).unwrap();
+
+        let mut store: ValueState<u32, String> = on_store("s");
+        store.restore_from(&snap).unwrap();
+        assert_eq!(store.len(), 1000);
+        assert_eq!(store.get(&999).map(String::as_str), Some("v999"));
+        let mut again = OperatorState::default();
+        store.snapshot_into(16, &mut again).unwrap();
+
+        let mut back: ValueState<u32, String> = ValueState::new("s");
+        back.restore_from(&again).unwrap();
+        let mut entries = back.entries().unwrap();
+        entries.sort();
+        assert_eq!(entries.len(), 1000);
+        assert_eq!(entries[7], (7, "v7".to_string()));
+    }
+
+    #[test]
+    fn attaching_moves_what_was_restored_into_the_store() {
+        let mut st: ValueState<u32, u32> = ValueState::new("s");
+        st.update(1, 10);
+        st.update(2, 20);
+        let store = memory_store();
+        st.attach(store.clone(), 16, 0, "test").unwrap();
+        let mut n = 0;
+        store
+            .scan(&[], &[0xFF; 8], &mut |_, _| {
+                n += 1;
+                true
+            })
+            .unwrap();
+        assert_eq!(n, 2, "both keys are in the store, not only in memory");
+        assert_eq!(st.get(&2), Some(&20));
+    }
+
+    #[test]
+    fn retain_and_for_each_mut_reach_keys_that_are_only_in_the_store() {
+        let mut st: ValueState<u32, u32> = on_store("s");
+        for k in 0..500 {
+            st.update(k, k);
+        }
+        st.retain(|k, _| k % 2 == 0).unwrap();
+        st.for_each_mut(|_, v| {
+            *v += 1;
+            Ok::<(), StoreError>(())
+        })
+        .unwrap();
+        assert_eq!(st.len(), 250);
+        assert_eq!(st.get(&4), Some(&5));
+        assert_eq!(st.get(&5), None);
+    }
+
+    /// A store whose reads fail.
+    #[derive(Debug)]
+    struct Broken;
+
+    impl KeyedStore for Broken {
+        fn get(&self, _key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+            Err(StoreError::Io {
+                backend: "broken".into(),
+                operator: "count (subtask 0)".into(),
+                action: "read",
+                message: "disk on fire".into(),
+            })
+        }
+        fn write(&self, _batch: Vec<StoreWrite>) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn scan(
+            &self,
+            _start: &[u8],
+            _end: &[u8],
+            _f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+        ) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_read_is_kept_for_the_operator_to_fail_with() {
+        let mut st: ValueState<u32, u32> = ValueState::new("s");
+        st.attach(Arc::new(Broken), 16, 1 << 20, "count (subtask 0)")
+            .unwrap();
+        assert_eq!(st.get(&1), None);
+        let e = st.take_error().expect("the read failed");
+        assert!(e.to_string().contains("disk on fire"), "{e}");
+        assert!(e.to_string().contains("count (subtask 0)"), "{e}");
+        assert!(st.take_error().is_none(), "taken once");
     }
 }

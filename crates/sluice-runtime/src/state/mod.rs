@@ -13,16 +13,35 @@
 //!   of old subtask `i % old_parallelism`, as Flink hands out broadcast state.
 //!
 //! [`ValueState`], [`MapState`] and [`ListState`] are typed views that write and read these.
+//! Keyed state lives on the heap unless the job sets a [`StateBackend`] with a store
+//! (`backend.rs`: the [`KeyedStore`] and [`KeyedStateBackend`] traits), in which case
+//! [`ValueState`] and [`MapState`] cache decoded values in front of it.
 
+mod backend;
 mod keyed;
 mod list;
 mod redistribute;
 
+pub use backend::{
+    KeyedStateBackend, KeyedStore, MemoryStateBackend, StateBackend, StoreError, StoreScope,
+    StoreStats, StoreWrite,
+};
 pub use keyed::{MapState, ValueState};
 pub use list::ListState;
 pub(crate) use redistribute::redistribute;
 
 use serde::{Deserialize, Serialize};
+
+/// A failure to snapshot, restore or attach keyed state.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// A key or value did not encode or decode.
+    #[error(transparent)]
+    Codec(#[from] sluice_core::codec::CodecError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// One keyed entry: all keys of one key group of one named state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

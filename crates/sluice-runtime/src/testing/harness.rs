@@ -515,5 +515,6 @@ fn context(
         metrics: Arc::new(crate::metrics::OperatorMetrics::default()),
         checkpointing: true,
         to_coordinator,
+        state_backend: crate::state::StateBackend::default(),
     })
 }

@@ -334,6 +334,7 @@ impl Operator<u64> for KeyedCounter {
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         self.max_parallelism = ctx.max_parallelism();
+        ctx.attach_keyed_state(&mut self.counts)?;
         Ok(())
     }
 
@@ -345,14 +346,17 @@ impl Operator<u64> for KeyedCounter {
         for k in batch {
             self.count(k);
         }
-        Ok(())
+        match self.counts.take_error() {
+            None => Ok(()),
+            Some(e) => Err(e.into()),
+        }
     }
 
     fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
-        for (k, v) in self.counts.iter() {
+        self.counts.for_each_mut(|k, v| {
             out.collect((*k, *v));
-        }
-        Ok(())
+            Ok::<(), UserError>(())
+        })
     }
 
     fn snapshot_state(
@@ -419,15 +423,18 @@ impl Operator<(u64, u64)> for CountingPassThrough {
         for r in &batch {
             self.counter.count(r.0);
         }
+        if let Some(e) = self.counter.counts.take_error() {
+            return Err(e.into());
+        }
         out.forward_batch(batch);
         Ok(())
     }
 
     fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
-        for (k, c) in self.counter.counts.iter() {
+        self.counter.counts.for_each_mut(|k, c| {
             out.collect((*k, u64::MAX - *c));
-        }
-        Ok(())
+            Ok::<(), UserError>(())
+        })
     }
 
     fn snapshot_state(

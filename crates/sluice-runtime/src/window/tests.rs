@@ -615,6 +615,7 @@ fn context_of_attempt(subtask: usize, parallelism: usize, attempt: u32) -> Opera
         metrics: Default::default(),
         checkpointing: true,
         to_coordinator: None,
+        state_backend: Default::default(),
     })
 }
 

@@ -24,8 +24,9 @@ pub enum Ballast {
     /// list entry, a plain copy (the cheapest snapshot an operator can take).
     Bytes(Vec<u8>),
     /// A `ValueState<u64, u64>` with many keys, written by key group like the sums (parallelism
-    /// 1 only: the keys are not split by owner).
-    Keyed(ValueState<u64, u64>),
+    /// 1 only: the keys are not split by owner). Behind a lock only because a snapshot takes the
+    /// state mutably; one subtask takes it.
+    Keyed(std::sync::Mutex<ValueState<u64, u64>>),
 }
 
 impl Ballast {
@@ -51,7 +52,7 @@ impl Ballast {
             let k = generate(i ^ 0x5555_5555);
             state.update(k, transform(k));
         }
-        Ballast::Keyed(state)
+        Ballast::Keyed(std::sync::Mutex::new(state))
     }
 }
 
@@ -95,8 +96,10 @@ impl Operator<u64> for SumPerKey {
     }
 
     fn end_input(&mut self, _out: &mut Collector<()>) -> Result<(), UserError> {
-        self.digest
-            .fetch_add(digest(self.sums.iter()), Ordering::Relaxed);
+        self.digest.fetch_add(
+            digest(self.sums.entries()?.iter().map(|(k, v)| (k, v))),
+            Ordering::Relaxed,
+        );
         Ok(())
     }
 
@@ -114,7 +117,10 @@ impl Operator<u64> for SumPerKey {
                 let (s, p) = (self.subtask, self.parallelism.max(1));
                 state.push(b[s * b.len() / p..(s + 1) * b.len() / p].to_vec());
             }
-            Ballast::Keyed(v) => v.snapshot_into(self.max_parallelism, &mut state)?,
+            Ballast::Keyed(v) => v
+                .lock()
+                .map_err(|_| "the keyed ballast's lock is poisoned")?
+                .snapshot_into(self.max_parallelism, &mut state)?,
         }
         let end = Instant::now();
         let bytes = state.entries().iter().map(Vec::len).sum::<usize>()

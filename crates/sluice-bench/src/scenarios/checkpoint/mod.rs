@@ -381,7 +381,11 @@ mod tests {
             panic!("not keyed");
         };
         let mut snapshot = sluice::OperatorState::default();
-        state.snapshot_into(128, &mut snapshot).unwrap();
+        state
+            .into_inner()
+            .unwrap()
+            .snapshot_into(128, &mut snapshot)
+            .unwrap();
         let bytes: usize = snapshot.keyed_entries().iter().map(|e| e.data.len()).sum();
         assert!((800_000..1_300_000).contains(&bytes), "{bytes}");
     }

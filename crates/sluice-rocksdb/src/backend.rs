@@ -1,0 +1,225 @@
+//! [`RocksDbStateBackend`]: where the stores live and how much memory they share; opens one
+//! [`RocksDbStore`](crate::store::RocksDbStore) per keyed operator subtask.
+
+use crate::budget::{self, Split};
+use crate::store::RocksDbStore;
+use rocksdb::{BlockBasedIndexType, BlockBasedOptions, Cache, DB, DBCompressionType, Options};
+use sluice_runtime::state::{KeyedStateBackend, KeyedStore, StoreError, StoreScope};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Once};
+
+/// The memory budget when none is set: 256 MiB.
+pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
+
+/// Keyed state in RocksDB on local disk (Flink's `EmbeddedRocksDBStateBackend`), for state larger
+/// than memory: each keyed operator subtask gets its own RocksDB instance in a fresh directory
+/// below `dir`, all instances of this backend share one block cache, and the memory they use
+/// stays within the [budget](Self::memory_budget) (see `budget.rs` for the split).
+///
+/// ```
+/// use sluice_rocksdb::RocksDbStateBackend;
+/// use sluice_runtime::prelude::*;
+/// use sluice_runtime::process::{Context, KeyedProcessFunction};
+///
+/// #[derive(Clone)]
+/// struct Count;
+/// impl KeyedProcessFunction<u64, u64> for Count {
+///     type Out = (u64, u64);
+///     type State = u64;
+///     fn process_element(&mut self, k: u64, ctx: &mut Context<'_, u64, u64, (u64, u64)>) -> Result<(), UserError> {
+///         *ctx.state() += 1;
+///         let n = *ctx.state();
+///         ctx.collect((k, n));
+///         Ok(())
+///     }
+/// }
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let env = StreamEnvironment::new();
+/// env.set_parallelism(2);
+/// env.set_state_backend(RocksDbStateBackend::new(dir.path()).memory_budget(64 << 20));
+/// let out = env.from_iter((0..1_000u64).map(|i| i % 10)).key_by(|k| *k).process_keyed(Count).collect();
+/// env.execute_blocking("count on disk").unwrap();
+/// let last = out.take().into_iter().filter(|(_, n)| *n == 100).count();
+/// assert_eq!(last, 10, "every key counted to 100");
+/// ```
+pub struct RocksDbStateBackend {
+    dir: PathBuf,
+    budget: usize,
+    split: Split,
+    /// The block cache all stores share, made when the first opens.
+    cache: Mutex<Option<Cache>>,
+    /// Names the stores of this process apart from those of another (a killed one's).
+    instance: String,
+    opened: AtomicU64,
+    swept: Once,
+}
+
+impl RocksDbStateBackend {
+    /// Stores below `dir` (created when the first store opens), with the default budget.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let budget = DEFAULT_MEMORY_BUDGET;
+        RocksDbStateBackend {
+            dir: dir.into(),
+            budget,
+            split: budget::split(budget),
+            cache: Mutex::new(None),
+            instance: format!("p{}", std::process::id()),
+            opened: AtomicU64::new(0),
+            swept: Once::new(),
+        }
+    }
+
+    /// Sets the memory budget, in bytes, that all stores of this backend in this process share:
+    /// the block cache, the write buffers and the caches of decoded values come out of it.
+    pub fn memory_budget(mut self, bytes: usize) -> Self {
+        let value_cache = self.split.value_cache;
+        let overridden = value_cache != budget::split(self.budget).value_cache;
+        self.budget = bytes;
+        self.split = budget::split(bytes);
+        if overridden {
+            self.split.value_cache = value_cache;
+        }
+        self
+    }
+
+    /// Overrides the bytes of decoded values each state caches in front of its store (by
+    /// default a sixteenth of the budget; at least 16 values are kept whatever the bytes).
+    /// Small values make every access a store read, which tests use.
+    pub fn value_cache_bytes(mut self, bytes: usize) -> Self {
+        self.split.value_cache = bytes;
+        self
+    }
+
+    /// The memory budget in bytes.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
+    /// Where the stores live.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Bytes the shared block cache holds now.
+    pub fn block_cache_usage(&self) -> usize {
+        sluice_core::sync::lock(&self.cache)
+            .as_ref()
+            .map_or(0, Cache::get_usage)
+    }
+
+    fn options(&self, cache: &Cache, compression: DBCompressionType) -> Options {
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(cache);
+        // Index and filter blocks are charged to the cache (so the budget holds), partitioned so
+        // that one big filter never has to fit whole, with the top level pinned.
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        table.set_partition_filters(true);
+        table.set_index_type(BlockBasedIndexType::TwoLevelIndexSearch);
+        table.set_pin_top_level_index_and_filter(true);
+        table.set_bloom_filter(10.0, false);
+        let mut o = Options::default();
+        o.create_if_missing(true);
+        o.set_block_based_table_factory(&table);
+        o.set_write_buffer_size(self.split.write_buffer);
+        o.set_max_write_buffer_number(self.split.write_buffers);
+        o.set_compression_type(compression);
+        o.set_level_compaction_dynamic_level_bytes(true);
+        o.set_max_background_jobs(2);
+        o.enable_statistics();
+        o
+    }
+
+    /// Removes the store directories of processes that are gone (killed before they could
+    /// remove their own).
+    fn sweep_dead_processes(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.strip_prefix('p')) else {
+                continue;
+            };
+            let pid = pid.split('-').next().unwrap_or("");
+            let alive = Path::new("/proc").join(pid).exists();
+            if !alive && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}
+
+impl fmt::Debug for RocksDbStateBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RocksDbStateBackend")
+            .field("dir", &self.dir)
+            .field("budget", &self.budget)
+            .finish()
+    }
+}
+
+impl KeyedStateBackend for RocksDbStateBackend {
+    fn name(&self) -> &str {
+        "rocksdb"
+    }
+
+    fn open(&self, scope: &StoreScope) -> Result<Arc<dyn KeyedStore>, StoreError> {
+        self.swept.call_once(|| self.sweep_dead_processes());
+        let n = self.opened.fetch_add(1, Ordering::Relaxed);
+        let dir = self.dir.join(&self.instance).join(format!(
+            "op{}-s{}-a{}-{n}",
+            scope.node.0, scope.subtask, scope.attempt
+        ));
+        let fail = |message: String| StoreError::Open {
+            backend: "rocksdb".into(),
+            operator: scope.describe(),
+            path: dir.clone(),
+            message,
+        };
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| fail(e.to_string()))?;
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| fail(e.to_string()))?;
+        let cache = {
+            let mut shared = sluice_core::sync::lock(&self.cache);
+            match shared.as_ref() {
+                Some(c) => c.clone(),
+                None => {
+                    let c = Cache::new_lru_cache(self.split.block_cache)
+                        .map_err(|e| fail(e.to_string()))?;
+                    *shared = Some(c.clone());
+                    c
+                }
+            }
+        };
+        // LZ4 where the library has it (Debian's does); RocksDB compiled from the crate's
+        // sources without compression libraries refuses it, and then the store goes
+        // uncompressed.
+        let options = self.options(&cache, DBCompressionType::Lz4);
+        let (db, options) = match DB::open(&options, &dir) {
+            Ok(db) => (db, options),
+            Err(e) if e.to_string().contains("ompression") => {
+                let plain = self.options(&cache, DBCompressionType::None);
+                (
+                    DB::open(&plain, &dir).map_err(|e| fail(e.to_string()))?,
+                    plain,
+                )
+            }
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        Ok(Arc::new(RocksDbStore::new(
+            db,
+            options,
+            dir.clone(),
+            scope.describe(),
+        )))
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.split.value_cache
+    }
+}

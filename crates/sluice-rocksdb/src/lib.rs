@@ -1,0 +1,29 @@
+//! An on-disk keyed state backend for sluice on RocksDB (Flink's
+//! `EmbeddedRocksDBStateBackend`), for keyed state larger than memory.
+//!
+//! Where to find things:
+//! - [`RocksDbStateBackend`] (`backend.rs`): the backend a job sets with
+//!   [`StreamEnvironment::set_state_backend`](sluice_runtime::StreamEnvironment::set_state_backend):
+//!   the directory, the memory budget, the RocksDB options, one store per keyed operator subtask;
+//! - `store.rs`: the store, the runtime's [`KeyedStore`](sluice_runtime::state::KeyedStore) over one
+//!   RocksDB instance (reads, batched writes without a write-ahead log, ordered scans, metrics);
+//! - `budget.rs`: how the budget is split between the block cache, write buffers and the
+//!   decoded-value caches, one pure function.
+//!
+//! What a job gets: its keyed state (the per-key state of `process_keyed` functions, keyed
+//! co-process and keyed broadcast functions, the buffers of interval joins) lives in RocksDB,
+//! keys prefixed by key group; each state keeps a bounded cache of decoded values in front of
+//! its store, so a working set that fits runs near heap speed. Checkpoints write the same keyed
+//! entries as the heap backend, so a job can switch backends across a restore and rescale as
+//! before. Timers and window contents stay on the heap for now.
+//!
+//! Building: the crate links the RocksDB C++ library. With `ROCKSDB_LIB_DIR` set (CI sets it to
+//! Debian's `librocksdb-dev`, see `.ci/rocksdb`) the build takes seconds; without it the
+//! `librocksdb-sys` crate compiles its bundled RocksDB (about 8 minutes on 2 cores). Both need
+//! libclang (`libclang-dev`) for the bindings.
+
+mod backend;
+mod budget;
+mod store;
+
+pub use backend::{DEFAULT_MEMORY_BUDGET, RocksDbStateBackend};

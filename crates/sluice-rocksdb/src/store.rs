@@ -1,0 +1,164 @@
+//! [`RocksDbStore`]: one RocksDB instance in its own directory, the [`KeyedStore`] of one
+//! operator subtask. Writes skip the write-ahead log (checkpoints make state durable, as in
+//! Flink); dropping the store closes the instance and removes its directory.
+
+use rocksdb::{DB, Options, ReadOptions, WriteBatch, WriteOptions};
+use sluice_runtime::state::{KeyedStore, StoreError, StoreStats, StoreWrite};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The store of one operator subtask.
+pub(crate) struct RocksDbStore {
+    /// `None` only while dropping.
+    db: Option<DB>,
+    dir: PathBuf,
+    /// `"operator (subtask i)"`, for errors.
+    operator: String,
+    write: WriteOptions,
+    /// The options it was opened with: their statistics count cache hits and compactions.
+    options: Options,
+    /// Point reads served.
+    reads: AtomicU64,
+}
+
+impl RocksDbStore {
+    pub(crate) fn new(db: DB, options: Options, dir: PathBuf, operator: String) -> Self {
+        let mut write = WriteOptions::default();
+        write.disable_wal(true);
+        RocksDbStore {
+            db: Some(db),
+            dir,
+            operator,
+            write,
+            options,
+            reads: AtomicU64::new(0),
+        }
+    }
+
+    fn db(&self) -> Result<&DB, StoreError> {
+        self.db
+            .as_ref()
+            .ok_or_else(|| self.io("reach", "the store is closed".into()))
+    }
+
+    fn io(&self, action: &'static str, message: String) -> StoreError {
+        StoreError::Io {
+            backend: "rocksdb".into(),
+            operator: self.operator.clone(),
+            action,
+            message,
+        }
+    }
+
+    fn int_property(&self, name: &str) -> u64 {
+        self.db
+            .as_ref()
+            .and_then(|db| db.property_int_value(name).ok().flatten())
+            .unwrap_or(0)
+    }
+}
+
+impl fmt::Debug for RocksDbStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RocksDbStore")
+            .field("dir", &self.dir)
+            .field("operator", &self.operator)
+            .finish()
+    }
+}
+
+impl KeyedStore for RocksDbStore {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.db()?
+            .get_pinned(key)
+            .map(|v| v.map(|v| v.to_vec()))
+            .map_err(|e| self.io("read", e.to_string()))
+    }
+
+    fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
+        let mut b = WriteBatch::default();
+        for (k, v) in batch {
+            match v {
+                Some(v) => b.put(k, v),
+                None => b.delete(k),
+            }
+        }
+        self.db()?
+            .write_opt(b, &self.write)
+            .map_err(|e| self.io("write", e.to_string()))
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let mut read = ReadOptions::default();
+        read.set_iterate_upper_bound(end.to_vec());
+        // A scan reads each block once: it should not push the hot blocks out of the cache.
+        read.fill_cache(false);
+        let mut it = self.db()?.raw_iterator_opt(read);
+        it.seek(start);
+        while it.valid() {
+            let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                break;
+            };
+            if !f(k, v) {
+                return Ok(());
+            }
+            it.next();
+        }
+        it.status().map_err(|e| self.io("scan", e.to_string()))
+    }
+
+    fn stats(&self) -> StoreStats {
+        let statistics = self.options.get_statistics().unwrap_or_default();
+        StoreStats {
+            memory_bytes: self.int_property("rocksdb.cur-size-all-mem-tables")
+                + self.int_property("rocksdb.estimate-table-readers-mem"),
+            disk_bytes: self.int_property("rocksdb.total-sst-files-size"),
+            cache_hits: ticker(&statistics, "rocksdb.block.cache.hit"),
+            cache_misses: ticker(&statistics, "rocksdb.block.cache.miss"),
+            compactions: ticker(&statistics, "rocksdb.compaction.times.micros"),
+        }
+    }
+}
+
+impl Drop for RocksDbStore {
+    fn drop(&mut self) {
+        // Close the instance before its files go.
+        drop(self.db.take());
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "could not remove a state store");
+        }
+    }
+}
+
+/// The count of ticker or histogram `name` in RocksDB's statistics dump (`name COUNT : 17`,
+/// `name P50 : 1.0 ... COUNT : 3 SUM : 9`).
+fn ticker(statistics: &str, name: &str) -> u64 {
+    statistics
+        .lines()
+        .find_map(|line| {
+            let rest = line.strip_prefix(name)?.strip_prefix(' ')?;
+            let (_, count) = rest.split_once("COUNT : ")?;
+            count.split_whitespace().next()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tickers_are_read_from_the_statistics_dump() {
+        let dump = "rocksdb.block.cache.miss COUNT : 12\nrocksdb.block.cache.hit COUNT : 30\n\
+                    rocksdb.compaction.times.micros P50 : 1.5 P99 : 2.0 COUNT : 4 SUM : 7\n";
+        assert_eq!(super::ticker(dump, "rocksdb.compaction.times.micros"), 4);
+        assert_eq!(super::ticker(dump, "rocksdb.block.cache.hit"), 30);
+        assert_eq!(super::ticker(dump, "rocksdb.block.cache.miss"), 12);
+        assert_eq!(super::ticker(dump, "rocksdb.nothing"), 0);
+    }
+}

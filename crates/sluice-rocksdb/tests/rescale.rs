@@ -1,0 +1,150 @@
+//! Keyed state in RocksDB across savepoints and rescaling: a counting job runs at parallelism 2
+//! with its state in RocksDB, is stopped with a savepoint, resumes at 3 (RocksDB again), is
+//! stopped again and finishes at 1 with its state on the heap. Every record is committed once
+//! and every key's final count is the number of its records over the three runs, so each key's
+//! count followed its key group to the subtask that owns it at each parallelism, and the
+//! checkpoints of either backend restore into the other.
+
+use sluice_connectors::file::{JsonLinesSink, read_committed};
+use sluice_rocksdb::RocksDbStateBackend;
+use sluice_runtime::prelude::*;
+use sluice_runtime::testing::CountingPassThrough;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Enough keys to spread over most of the 128 key groups.
+const KEYS: u64 = 1_000;
+
+/// The highest index the source emitted, and a signal once it passed a mark.
+#[derive(Clone)]
+struct Seen {
+    max: Arc<AtomicU64>,
+    mark: Arc<AtomicU64>,
+    reached: Arc<Notify>,
+}
+
+fn build(env: &StreamEnvironment, n: Option<u64>, seen: Seen, out: &Path) {
+    let source = Generator::new(|i| (i % KEYS, i)).rate_limit(100_000.0);
+    let source = match n {
+        Some(n) => env.from_generator(source.take(n)),
+        None => env.from_generator(source),
+    };
+    source
+        // One source subtask in every run, so that only the keyed state is rescaled.
+        .parallelism(1)
+        .map(move |r: (u64, u64)| {
+            seen.max.fetch_max(r.1, Ordering::SeqCst);
+            if r.1 == seen.mark.load(Ordering::SeqCst) {
+                seen.reached.notify_one();
+            }
+            r
+        })
+        .parallelism(1)
+        .key_by(|r: &(u64, u64)| r.0)
+        .process(CountingPassThrough::new())
+        .sink_to_exactly_once(JsonLinesSink::new(out, "counted"));
+}
+
+fn env_at(p: usize, checkpoints: &Path, restore: bool) -> StreamEnvironment {
+    let env = StreamEnvironment::new();
+    env.set_parallelism(p).set_batch_size(64);
+    env.enable_checkpointing(Duration::from_millis(20));
+    env.set_checkpoint_storage(checkpoints);
+    if restore {
+        env.restore_from(checkpoints);
+    }
+    env
+}
+
+/// Runs until the source passed `mark`, then stops with a savepoint.
+async fn run_and_stop(env: StreamEnvironment, seen: &Seen, mark: u64, out: &Path) {
+    seen.mark.store(mark, Ordering::SeqCst);
+    build(&env, None, seen.clone(), out);
+    let job = env.submit("counting").unwrap();
+    seen.reached.notified().await;
+    let savepoint = job.stop_with_savepoint().await.unwrap();
+    let result = job.await.unwrap();
+    assert_eq!(result.stopped_with_savepoint, Some(savepoint));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_in_rocksdb_survive_rescaling_from_2_to_3_to_1_and_a_switch_to_the_heap() {
+    let checkpoints = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let seen = Seen {
+        max: Arc::new(AtomicU64::new(0)),
+        mark: Arc::new(AtomicU64::new(u64::MAX)),
+        reached: Arc::new(Notify::new()),
+    };
+    // A value cache of 16 counts: nearly every record reads its count from RocksDB.
+    let rocksdb = || {
+        RocksDbStateBackend::new(state.path())
+            .memory_budget(8 << 20)
+            .value_cache_bytes(0)
+    };
+
+    let env = env_at(2, checkpoints.path(), false);
+    env.set_state_backend(rocksdb());
+    run_and_stop(env, &seen, 5_000, out.path()).await;
+    let instance = state.path().join(format!("p{}", std::process::id()));
+    assert!(
+        instance.is_dir(),
+        "the counts were kept in RocksDB below {instance:?}"
+    );
+
+    let env = env_at(3, checkpoints.path(), true);
+    env.set_state_backend(rocksdb());
+    let mark = seen.max.load(Ordering::SeqCst) + 5_000;
+    run_and_stop(env, &seen, mark, out.path()).await;
+
+    // The last run, on the heap, to a bound past every restored position.
+    let n = seen.max.load(Ordering::SeqCst) + 1 + 5_000;
+    let env = env_at(1, checkpoints.path(), true);
+    build(&env, Some(n), seen.clone(), out.path());
+    env.execute("counting: last run").await.unwrap();
+
+    let committed: Vec<(u64, u64)> = read_committed(out.path()).unwrap();
+    let mut records = Vec::new();
+    let mut finals = BTreeMap::new();
+    for (k, v) in committed {
+        if v > u64::MAX / 2 {
+            assert!(
+                finals.insert(k, u64::MAX - v).is_none(),
+                "key {k}: two final counts"
+            );
+        } else {
+            records.push(v);
+        }
+    }
+    records.sort_unstable();
+    assert_eq!(records, (0..n).collect::<Vec<_>>(), "every record once");
+    let mut expected = BTreeMap::new();
+    for i in 0..n {
+        *expected.entry(i % KEYS).or_insert(0u64) += 1;
+    }
+    assert_eq!(
+        finals, expected,
+        "keyed counts carried across both rescales"
+    );
+    // Each store removed its directory when its job ended.
+    let left: Vec<_> = walk(state.path());
+    assert!(left.is_empty(), "store files left behind: {left:?}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files.extend(walk(&p));
+        } else {
+            files.push(p);
+        }
+    }
+    files
+}
