@@ -27,6 +27,8 @@ mod guides {
     struct WindowsAndTimers;
     #[doc = include_str!("../../../docs/two-inputs.md")]
     struct TwoInputs;
+    #[doc = include_str!("../../../docs/state-backends.md")]
+    struct StateBackends;
     #[doc = include_str!("../../../docs/range-shuffle.md")]
     struct RangeShuffle;
     #[doc = include_str!("../../../docs/iceberg.md")]
