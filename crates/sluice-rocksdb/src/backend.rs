@@ -4,8 +4,9 @@
 use crate::budget::{self, Split};
 use crate::store::RocksDbStore;
 use rocksdb::{BlockBasedIndexType, BlockBasedOptions, Cache, DB, DBCompressionType, Options};
-use sluice_runtime::state::{KeyedStateBackend, KeyedStore, StoreError, StoreScope};
+use sluice_runtime::state::{KeyedStateBackend, KeyedStore, StoreError, StoreFiles, StoreScope};
 use std::fmt;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
@@ -133,6 +134,73 @@ impl RocksDbStateBackend {
         o
     }
 
+    /// A new, empty directory for a store of `scope`.
+    fn fresh_dir(&self, scope: &StoreScope) -> Result<PathBuf, StoreError> {
+        self.swept.call_once(|| self.sweep_dead_processes());
+        let n = self.opened.fetch_add(1, Ordering::Relaxed);
+        let dir = self.dir.join(&self.instance).join(format!(
+            "op{}-s{}-a{}-{n}",
+            scope.node.0, scope.subtask, scope.attempt
+        ));
+        let fail = |e: std::io::Error| StoreError::Open {
+            backend: "rocksdb".into(),
+            operator: scope.describe(),
+            path: dir.clone(),
+            message: e.to_string(),
+        };
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(fail)?;
+        }
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent).map_err(fail)?;
+        }
+        Ok(dir)
+    }
+
+    /// Opens (creating if needed) the RocksDB instance in `dir`.
+    fn open_dir(&self, scope: &StoreScope, dir: PathBuf) -> Result<RocksDbStore, StoreError> {
+        let fail = |message: String| StoreError::Open {
+            backend: "rocksdb".into(),
+            operator: scope.describe(),
+            path: dir.clone(),
+            message,
+        };
+        let cache = {
+            let mut shared = sluice_core::sync::lock(&self.cache);
+            match shared.as_ref() {
+                Some(c) => c.clone(),
+                None => {
+                    let c = Cache::new_lru_cache(self.split.block_cache)
+                        .map_err(|e| fail(e.to_string()))?;
+                    *shared = Some(c.clone());
+                    c
+                }
+            }
+        };
+        // LZ4 where the library has it (Debian's does); RocksDB compiled from the crate's
+        // sources without compression libraries refuses it, and then the store goes
+        // uncompressed.
+        let options = self.options(&cache, DBCompressionType::Lz4);
+        let (db, options) = match DB::open(&options, &dir) {
+            Ok(db) => (db, options),
+            Err(e) if e.to_string().contains("ompression") => {
+                let plain = self.options(&cache, DBCompressionType::None);
+                (
+                    DB::open(&plain, &dir).map_err(|e| fail(e.to_string()))?,
+                    plain,
+                )
+            }
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        Ok(RocksDbStore::new(
+            db,
+            options,
+            dir.clone(),
+            scope.describe(),
+            scope.key_groups(),
+        ))
+    }
+
     /// Removes the store directories of processes that are gone (killed before they could
     /// remove their own).
     fn sweep_dead_processes(&self) {
@@ -168,58 +236,89 @@ impl KeyedStateBackend for RocksDbStateBackend {
     }
 
     fn open(&self, scope: &StoreScope) -> Result<Arc<dyn KeyedStore>, StoreError> {
-        self.swept.call_once(|| self.sweep_dead_processes());
-        let n = self.opened.fetch_add(1, Ordering::Relaxed);
-        let dir = self.dir.join(&self.instance).join(format!(
-            "op{}-s{}-a{}-{n}",
-            scope.node.0, scope.subtask, scope.attempt
-        ));
+        let dir = self.fresh_dir(scope)?;
+        Ok(Arc::new(self.open_dir(scope, dir)?))
+    }
+
+    fn open_restored(
+        &self,
+        scope: &StoreScope,
+        from: &[StoreFiles],
+    ) -> Result<Arc<dyn KeyedStore>, StoreError> {
+        let groups = scope.key_groups();
+        let mut relevant: Vec<&StoreFiles> =
+            from.iter().filter(|f| f.overlap(&groups) > 0).collect();
+        // The store that holds most of the new key groups is taken whole (its files linked,
+        // not rewritten); the others' entries in the new range are copied into it.
+        relevant.sort_by_key(|f| std::cmp::Reverse(f.overlap(&groups)));
+        let Some((base, others)) = relevant.split_first() else {
+            return self.open(scope);
+        };
+        let dir = self.fresh_dir(scope)?;
         let fail = |message: String| StoreError::Open {
             backend: "rocksdb".into(),
             operator: scope.describe(),
             path: dir.clone(),
             message,
         };
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| fail(e.to_string()))?;
+        link_files(base, &dir).map_err(fail)?;
+        let store = self.open_dir(scope, dir.clone())?;
+        if base.key_groups != groups {
+            store.keep_only(&groups).map_err(|e| fail(e.to_string()))?;
         }
-        std::fs::create_dir_all(&dir).map_err(|e| fail(e.to_string()))?;
-        let cache = {
-            let mut shared = sluice_core::sync::lock(&self.cache);
-            match shared.as_ref() {
-                Some(c) => c.clone(),
-                None => {
-                    let c = Cache::new_lru_cache(self.split.block_cache)
-                        .map_err(|e| fail(e.to_string()))?;
-                    *shared = Some(c.clone());
-                    c
-                }
-            }
-        };
-        // LZ4 where the library has it (Debian's does); RocksDB compiled from the crate's
-        // sources without compression libraries refuses it, and then the store goes
-        // uncompressed.
-        let options = self.options(&cache, DBCompressionType::Lz4);
-        let (db, options) = match DB::open(&options, &dir) {
-            Ok(db) => (db, options),
-            Err(e) if e.to_string().contains("ompression") => {
-                let plain = self.options(&cache, DBCompressionType::None);
-                (
-                    DB::open(&plain, &dir).map_err(|e| fail(e.to_string()))?,
-                    plain,
-                )
-            }
-            Err(e) => return Err(fail(e.to_string())),
-        };
-        Ok(Arc::new(RocksDbStore::new(
-            db,
-            options,
-            dir.clone(),
-            scope.describe(),
-        )))
+        for other in others {
+            let temp = dir.with_extension(format!("from-{}", other.key_groups.start));
+            link_files(other, &temp).map_err(fail)?;
+            let copied = copy_range(&temp, &store, &groups);
+            let _ = std::fs::remove_dir_all(&temp);
+            copied.map_err(fail)?;
+        }
+        Ok(Arc::new(store))
     }
 
     fn cache_bytes(&self) -> usize {
         self.split.value_cache
     }
+}
+
+/// Links (or, across file systems, copies) every file of `files` into the new directory `dir`.
+fn link_files(files: &StoreFiles, dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    for (name, _) in &files.files {
+        let (from, to) = (files.dir.join(name), dir.join(name));
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to)
+                .map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies the entries of key groups `groups` from the RocksDB instance in `dir` into `into`.
+fn copy_range(dir: &Path, into: &RocksDbStore, groups: &Range<usize>) -> Result<(), String> {
+    let db = DB::open_for_read_only(&Options::default(), dir, false)
+        .map_err(|e| format!("opening {} to copy from: {e}", dir.display()))?;
+    let (start, end) = crate::store::group_bounds(groups);
+    let mut read = rocksdb::ReadOptions::default();
+    read.set_iterate_upper_bound(end);
+    read.fill_cache(false);
+    let mut it = db.raw_iterator_opt(read);
+    it.seek(start);
+    let mut batch = Vec::new();
+    while it.valid() {
+        if let (Some(k), Some(v)) = (it.key(), it.value()) {
+            batch.push((k.to_vec(), Some(v.to_vec())));
+        }
+        if batch.len() >= 4096 {
+            into.write(std::mem::take(&mut batch))
+                .map_err(|e| e.to_string())?;
+        }
+        it.next();
+    }
+    it.status()
+        .map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    if !batch.is_empty() {
+        into.write(batch).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }

@@ -2,10 +2,12 @@
 //! operator subtask. Writes skip the write-ahead log (checkpoints make state durable, as in
 //! Flink); dropping the store closes the instance and removes its directory.
 
+use rocksdb::checkpoint::Checkpoint;
 use rocksdb::{DB, Options, ReadOptions, WriteBatch, WriteOptions};
-use sluice_runtime::state::{KeyedStore, StoreError, StoreStats, StoreWrite};
+use sluice_runtime::state::{KeyedStore, StoreError, StoreFiles, StoreStats, StoreWrite};
 use std::fmt;
-use std::path::PathBuf;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The store of one operator subtask.
@@ -20,10 +22,18 @@ pub(crate) struct RocksDbStore {
     options: Options,
     /// Point reads served.
     reads: AtomicU64,
+    /// The key groups of its subtask.
+    key_groups: Range<usize>,
 }
 
 impl RocksDbStore {
-    pub(crate) fn new(db: DB, options: Options, dir: PathBuf, operator: String) -> Self {
+    pub(crate) fn new(
+        db: DB,
+        options: Options,
+        dir: PathBuf,
+        operator: String,
+        key_groups: Range<usize>,
+    ) -> Self {
         let mut write = WriteOptions::default();
         write.disable_wal(true);
         RocksDbStore {
@@ -33,6 +43,7 @@ impl RocksDbStore {
             write,
             options,
             reads: AtomicU64::new(0),
+            key_groups,
         }
     }
 
@@ -57,6 +68,31 @@ impl RocksDbStore {
             .and_then(|db| db.property_int_value(name).ok().flatten())
             .unwrap_or(0)
     }
+}
+
+impl RocksDbStore {
+    /// Deletes every entry outside key groups `groups` (after opening another subtask's files).
+    pub(crate) fn keep_only(&self, groups: &Range<usize>) -> Result<(), StoreError> {
+        let db = self.db()?;
+        let (start, end) = group_bounds(groups);
+        let mut batch = WriteBatch::default();
+        batch.delete_range(&[][..], start.as_slice());
+        batch.delete_range(end.as_slice(), &[0xFF, 0xFF, 0xFF][..]);
+        db.write_opt(batch, &self.write)
+            .map_err(|e| self.io("clip", e.to_string()))?;
+        // Reclaim the space of what was dropped now rather than at some later compaction.
+        db.compact_range(None::<&[u8]>, Some(start.as_slice()));
+        db.compact_range(Some(end.as_slice()), None::<&[u8]>);
+        Ok(())
+    }
+}
+
+/// The first key of key group `groups.start` and the first key after key group `groups.end - 1`.
+pub(crate) fn group_bounds(groups: &Range<usize>) -> (Vec<u8>, Vec<u8>) {
+    (
+        (groups.start as u16).to_be_bytes().to_vec(),
+        (groups.end as u16).to_be_bytes().to_vec(),
+    )
 }
 
 impl fmt::Debug for RocksDbStore {
@@ -112,6 +148,36 @@ impl KeyedStore for RocksDbStore {
             it.next();
         }
         it.status().map_err(|e| self.io("scan", e.to_string()))
+    }
+
+    fn checkpoint_files(&self, dir: &Path) -> Result<Option<StoreFiles>, StoreError> {
+        let db = self.db()?;
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                self.io("checkpoint", format!("creating {}: {e}", parent.display()))
+            })?;
+        }
+        // Flushes the memtables, then hard-links the table files and copies the small ones.
+        Checkpoint::new(db)
+            .and_then(|c| c.create_checkpoint(dir))
+            .map_err(|e| self.io("checkpoint", format!("into {}: {e}", dir.display())))?;
+        let mut files = Vec::new();
+        let entries = std::fs::read_dir(dir)
+            .map_err(|e| self.io("checkpoint", format!("listing {}: {e}", dir.display())))?;
+        for e in entries {
+            let e = e.map_err(|e| self.io("checkpoint", e.to_string()))?;
+            let len = e
+                .metadata()
+                .map_err(|e| self.io("checkpoint", e.to_string()))?
+                .len();
+            files.push((e.file_name().to_string_lossy().into_owned(), len));
+        }
+        files.sort();
+        Ok(Some(StoreFiles {
+            dir: dir.to_path_buf(),
+            files,
+            key_groups: self.key_groups.clone(),
+        }))
     }
 
     fn stats(&self) -> StoreStats {

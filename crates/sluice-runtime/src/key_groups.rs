@@ -42,6 +42,24 @@ pub fn subtask_for_key_group(
     key_group * parallelism / max_parallelism
 }
 
+/// The key groups subtask `subtask` owns when `max_parallelism` key groups are spread over
+/// `parallelism` subtasks: the contiguous range [`subtask_for_key_group`] maps to it.
+///
+/// ```
+/// use sluice_runtime::key_groups::{key_group_range, subtask_for_key_group};
+/// assert_eq!(key_group_range(0, 128, 3), 0..43);
+/// assert_eq!(key_group_range(2, 128, 3), 86..128);
+/// assert!(key_group_range(1, 128, 3).all(|g| subtask_for_key_group(g, 128, 3) == 1));
+/// ```
+pub fn key_group_range(
+    subtask: usize,
+    max_parallelism: usize,
+    parallelism: usize,
+) -> std::ops::Range<usize> {
+    let start = |s: usize| (s * max_parallelism).div_ceil(parallelism.max(1));
+    start(subtask)..start(subtask + 1).min(max_parallelism)
+}
+
 #[inline]
 fn mix64(mut z: u64) -> u64 {
     // The finaliser of SplitMix64: a cheap, well-distributed bijection.
@@ -62,6 +80,22 @@ mod tests {
         }
         for c in counts {
             assert!((20_000..30_000).contains(&c), "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn key_group_ranges_are_what_subtask_for_key_group_maps() {
+        for maxp in [1, 7, 128, 1000] {
+            for p in 1..=maxp.min(20) {
+                let mut next = 0;
+                for s in 0..p {
+                    let r = key_group_range(s, maxp, p);
+                    assert_eq!(r.start, next, "contiguous");
+                    assert!(r.clone().all(|g| subtask_for_key_group(g, maxp, p) == s));
+                    next = r.end;
+                }
+                assert_eq!(next, maxp, "every group owned");
+            }
         }
     }
 

@@ -132,6 +132,7 @@ impl OperatorContext {
             subtask: i.subtask_index,
             attempt: i.attempt_number,
             max_parallelism: i.max_parallelism,
+            parallelism: i.parallelism,
         })?;
         *slot = Some(store.clone());
         Ok(Some((store, backend.cache_bytes())))

@@ -17,10 +17,12 @@
 //! [key group: u16 BE][state id: u32 BE][the key, encoded with sluice_core::codec]
 //! ```
 
+use serde::{Deserialize, Serialize};
 use sluice_core::{AttemptNumber, NodeId, SubtaskIndex};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// A failure of a keyed state store.
@@ -85,12 +87,40 @@ pub struct StoreScope {
     pub attempt: AttemptNumber,
     /// The number of key groups.
     pub max_parallelism: usize,
+    /// The operator's parallelism.
+    pub parallelism: usize,
 }
 
 impl StoreScope {
+    /// The key groups this subtask owns.
+    pub fn key_groups(&self) -> Range<usize> {
+        crate::key_groups::key_group_range(self.subtask, self.max_parallelism, self.parallelism)
+    }
+
     /// `"<operator> (subtask <i>)"`, for errors.
     pub fn describe(&self) -> String {
         format!("{} (subtask {})", self.operator_name, self.subtask)
+    }
+}
+
+/// A store's files at a checkpoint, as [`KeyedStore::checkpoint_files`] made them: enough to
+/// open the store again as it was, or (with other stores' files) a store for other key groups.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreFiles {
+    /// The directory holding the files.
+    pub dir: PathBuf,
+    /// Each file's name in `dir` and its length in bytes.
+    pub files: Vec<(String, u64)>,
+    /// The key groups the store held.
+    pub key_groups: Range<usize>,
+}
+
+impl StoreFiles {
+    /// How many of `key_groups` these files hold.
+    pub fn overlap(&self, key_groups: &Range<usize>) -> usize {
+        let start = self.key_groups.start.max(key_groups.start);
+        let end = self.key_groups.end.min(key_groups.end);
+        end.saturating_sub(start)
     }
 }
 
@@ -136,6 +166,14 @@ pub trait KeyedStore: Send + Sync + fmt::Debug {
     fn stats(&self) -> StoreStats {
         StoreStats::default()
     }
+
+    /// Writes a consistent, immutable copy of the store's files into the new directory `dir`
+    /// (hard links where it can) and lists them; `None` when the store has no files (it lives
+    /// in memory), in which case a snapshot reads its entries instead.
+    fn checkpoint_files(&self, dir: &Path) -> Result<Option<StoreFiles>, StoreError> {
+        let _ = dir;
+        Ok(None)
+    }
 }
 
 /// Opens a [`KeyedStore`] per operator subtask; chosen per job.
@@ -148,6 +186,26 @@ pub trait KeyedStateBackend: Send + Sync + fmt::Debug {
 
     /// Bytes of decoded values each keyed state may cache in front of the store.
     fn cache_bytes(&self) -> usize;
+
+    /// A store for `scope` holding what `from` (files of stores at a checkpoint, possibly of
+    /// other key groups) hold of the scope's key groups, and nothing else. The default opens an
+    /// empty store when `from` holds none of them and refuses otherwise.
+    fn open_restored(
+        &self,
+        scope: &StoreScope,
+        from: &[StoreFiles],
+    ) -> Result<Arc<dyn KeyedStore>, StoreError> {
+        let groups = scope.key_groups();
+        match from.iter().find(|f| f.overlap(&groups) > 0) {
+            None => self.open(scope),
+            Some(f) => Err(StoreError::Open {
+                backend: self.name().to_string(),
+                operator: scope.describe(),
+                path: f.dir.clone(),
+                message: "this backend cannot open a store from files".into(),
+            }),
+        }
+    }
 }
 
 /// The state backend of a job: the heap (the default) or a [`KeyedStateBackend`].
@@ -254,6 +312,7 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 ///     subtask: 0,
 ///     attempt: 0,
 ///     max_parallelism: 128,
+///     parallelism: 1,
 /// };
 /// let store = backend.open(&scope).unwrap();
 /// store.write(vec![(b"k".to_vec(), Some(b"v".to_vec()))]).unwrap();

@@ -736,6 +736,7 @@ mod tests {
             subtask: 0,
             attempt: 0,
             max_parallelism: 16,
+            parallelism: 1,
         };
         MemoryStateBackend::new(0).open(&scope).unwrap()
     }

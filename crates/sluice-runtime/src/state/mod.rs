@@ -23,8 +23,8 @@ mod list;
 mod redistribute;
 
 pub use backend::{
-    KeyedStateBackend, KeyedStore, MemoryStateBackend, StateBackend, StoreError, StoreScope,
-    StoreStats, StoreWrite,
+    KeyedStateBackend, KeyedStore, MemoryStateBackend, StateBackend, StoreError, StoreFiles,
+    StoreScope, StoreStats, StoreWrite,
 };
 pub use keyed::{MapState, ValueState};
 pub use list::ListState;

@@ -1,0 +1,141 @@
+//! Opening RocksDB stores from the files of a checkpoint (restore by handle): at the same
+//! parallelism the files are taken as they are; at another, each new subtask takes the old
+//! store that holds most of its key groups, drops what lies outside them, and copies in the
+//! rest of its key groups from the other old stores. Each new store then holds exactly the
+//! entries of its key groups as they were at the checkpoint.
+
+use sluice_core::NodeId;
+use sluice_rocksdb::RocksDbStateBackend;
+use sluice_runtime::key_groups::subtask_for_key_group;
+use sluice_runtime::state::{KeyedStateBackend, KeyedStore, StoreFiles, StoreScope};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const MAXP: usize = 128;
+
+fn scope(subtask: usize, parallelism: usize, attempt: u32) -> StoreScope {
+    StoreScope {
+        node: NodeId(3),
+        operator_name: "count".into(),
+        subtask,
+        attempt,
+        max_parallelism: MAXP,
+        parallelism,
+    }
+}
+
+/// A store key in key group `group`, as the runtime lays them out.
+fn key(group: usize, i: u32) -> Vec<u8> {
+    let mut k = (group as u16).to_be_bytes().to_vec();
+    k.extend_from_slice(&7u32.to_be_bytes());
+    k.extend_from_slice(&i.to_be_bytes());
+    k
+}
+
+fn contents(store: &Arc<dyn KeyedStore>) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut all = BTreeMap::new();
+    store
+        .scan(&[], &[0xFF; 8], &mut |k, v| {
+            all.insert(k.to_vec(), v.to_vec());
+            true
+        })
+        .unwrap();
+    all
+}
+
+/// Stores of `p` subtasks, each filled with 20 entries per key group it owns, checkpointed into
+/// `checkpoints`; returns their files and every entry.
+fn checkpointed(
+    backend: &RocksDbStateBackend,
+    p: usize,
+    checkpoints: &std::path::Path,
+) -> (Vec<StoreFiles>, BTreeMap<Vec<u8>, Vec<u8>>) {
+    let mut files = Vec::new();
+    let mut expected = BTreeMap::new();
+    for s in 0..p {
+        let store = backend.open(&scope(s, p, 0)).unwrap();
+        let mut batch = Vec::new();
+        for g in (0..MAXP).filter(|&g| subtask_for_key_group(g, MAXP, p) == s) {
+            for i in 0..20 {
+                let v = format!("g{g}-i{i}").into_bytes();
+                expected.insert(key(g, i), v.clone());
+                batch.push((key(g, i), Some(v)));
+            }
+        }
+        store.write(batch).unwrap();
+        let dir = checkpoints.join(format!("s{s}"));
+        files.push(
+            store
+                .checkpoint_files(&dir)
+                .unwrap()
+                .expect("RocksDB has files"),
+        );
+        // Written after the checkpoint: must not come back.
+        store
+            .write(vec![(key(s, 999), Some(b"late".to_vec()))])
+            .unwrap();
+    }
+    (files, expected)
+}
+
+fn restore_at(old_p: usize, new_p: usize) {
+    let root = tempfile::tempdir().unwrap();
+    let backend = RocksDbStateBackend::new(root.path().join("stores")).memory_budget(16 << 20);
+    let (files, expected) = checkpointed(&backend, old_p, &root.path().join("chk"));
+    let mut seen = BTreeMap::new();
+    for s in 0..new_p {
+        let store = backend.open_restored(&scope(s, new_p, 1), &files).unwrap();
+        for (k, v) in contents(&store) {
+            let group = u16::from_be_bytes([k[0], k[1]]) as usize;
+            assert_eq!(
+                subtask_for_key_group(group, MAXP, new_p),
+                s,
+                "{old_p} -> {new_p}: subtask {s} holds an entry of key group {group}"
+            );
+            assert!(seen.insert(k, v).is_none(), "an entry in two stores");
+        }
+    }
+    assert_eq!(
+        seen, expected,
+        "{old_p} -> {new_p}: exactly the entries at the checkpoint"
+    );
+}
+
+#[test]
+fn a_store_reopens_from_its_own_files_at_the_same_parallelism() {
+    restore_at(1, 1);
+    restore_at(2, 2);
+}
+
+#[test]
+fn stores_restore_from_2_to_3_subtasks() {
+    restore_at(2, 3);
+}
+
+#[test]
+fn stores_restore_from_3_to_1_subtask() {
+    restore_at(3, 1);
+}
+
+#[test]
+fn checkpoint_files_are_listed_with_their_lengths_and_table_files_are_links() {
+    let root = tempfile::tempdir().unwrap();
+    let backend = RocksDbStateBackend::new(root.path().join("stores"));
+    let store = backend.open(&scope(0, 1, 0)).unwrap();
+    store.write(vec![(key(5, 1), Some(vec![1; 1000]))]).unwrap();
+    let dir = root.path().join("chk-1");
+    let files = store.checkpoint_files(&dir).unwrap().unwrap();
+    assert_eq!(files.key_groups, 0..MAXP);
+    assert!(
+        files.files.iter().any(|(n, _)| n.ends_with(".sst")),
+        "{files:?}"
+    );
+    assert!(files.files.iter().any(|(n, _)| n == "CURRENT"), "{files:?}");
+    for (name, len) in &files.files {
+        assert_eq!(
+            std::fs::metadata(dir.join(name)).unwrap().len(),
+            *len,
+            "{name}"
+        );
+    }
+}
