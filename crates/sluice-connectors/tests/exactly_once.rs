@@ -4,9 +4,10 @@
 //! an event or a checkpoint call, by returning an error, failing the job through its context, or
 //! panicking on its thread, at any point of the job, including after the final checkpoint.
 //!
-//! The same trials run twice: with keyed state on the heap, and in RocksDB
-//! (`sluice-rocksdb`, caching so few decoded counts in front of the store that they are written
-//! back to it and read from it again all the time).
+//! The same trials run three times: with keyed state on the heap, in RocksDB (`sluice-rocksdb`,
+//! caching so few decoded counts in front of the store that they are written back to it and read
+//! from it again all the time), and in RocksDB with incremental checkpoints (the stores' files
+//! in the checkpoint storage's shared area, each failover restoring the stores from them).
 //!
 //! `SLUICE_EXACTLY_ONCE_TRIALS=N` runs N trials of each instead of the CI default of 50.
 
@@ -37,6 +38,8 @@ struct Outcome {
 enum Backend {
     Heap,
     RocksDb,
+    /// RocksDB with incremental checkpoints: its files in the checkpoint storage's shared area.
+    RocksDbIncremental,
 }
 
 async fn trial(seed: u64, backend: Backend) -> Outcome {
@@ -53,12 +56,13 @@ async fn trial(seed: u64, backend: Backend) -> Outcome {
     let state = tempfile::tempdir().unwrap();
 
     let env = StreamEnvironment::new();
-    if let Backend::RocksDb = backend {
+    if let Backend::RocksDb | Backend::RocksDbIncremental = backend {
         // No value cache to speak of: 16 counts, fewer than the keys of most trials.
         env.set_state_backend(
             sluice_rocksdb::RocksDbStateBackend::new(state.path())
                 .memory_budget(4 << 20)
-                .value_cache_bytes(0),
+                .value_cache_bytes(0)
+                .incremental(matches!(backend, Backend::RocksDbIncremental)),
         );
     }
     env.set_parallelism(p)
@@ -164,6 +168,11 @@ async fn committed_output_is_exactly_the_input_under_random_failures() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_output_is_exactly_the_input_under_random_failures_with_state_in_rocksdb() {
     trials(Backend::RocksDb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_output_is_exactly_the_input_under_random_failures_with_incremental_rocksdb() {
+    trials(Backend::RocksDbIncremental).await;
 }
 
 async fn trials(backend: Backend) {

@@ -364,6 +364,20 @@ impl CheckpointStorage for ObjectStoreCheckpointStorage {
     ) -> BoxFuture<'a, Result<RestoredCheckpoint, StorageError>> {
         self.inner.load(id, job_fingerprint)
     }
+    fn write_shared<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        self.inner.write_shared(key, path)
+    }
+    fn fetch_shared<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        self.inner.fetch_shared(key, path)
+    }
 }
 
 #[cfg(test)]

@@ -114,6 +114,7 @@ async fn checkpoint(s: &ObjectStoreCheckpointStorage, id: u64) -> Vec<Checkpoint
         }],
         state_files: files,
         coordinator_states: vec![coordinator],
+        shared_files: vec![],
     })
     .await
     .unwrap()
@@ -251,6 +252,7 @@ fn a_complete_checkpoint_is_not_written_again_and_a_missing_file_blocks_completi
                 }],
                 state_files: vec![written, missing],
                 coordinator_states: vec![],
+                shared_files: vec![],
             })
             .await
             .unwrap_err();

@@ -4,10 +4,15 @@
 
 use rocksdb::checkpoint::Checkpoint;
 use rocksdb::{DB, Options, ReadOptions, WriteBatch, WriteOptions};
-use sluice_runtime::state::{KeyedStore, StoreError, StoreFiles, StoreStats, StoreWrite};
+use sluice_core::CheckpointId;
+use sluice_runtime::state::{
+    KeyedStore, SharedFile, StoreError, StoreFiles, StoreHandle, StoreStats, StoreWrite,
+};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The store of one operator subtask.
@@ -24,6 +29,22 @@ pub(crate) struct RocksDbStore {
     reads: AtomicU64,
     /// The key groups of its subtask.
     key_groups: Range<usize>,
+    /// With incremental checkpoints: where its checkpoints go and what it uploaded.
+    incremental: Option<Incremental>,
+}
+
+/// What an incremental store knows of its checkpoints.
+#[derive(Debug)]
+pub(crate) struct Incremental {
+    /// Where its checkpoints (hard links) go; checkpoint storage's persistence removes them
+    /// when their checkpoint is retired.
+    pub(crate) staging: PathBuf,
+    /// Names this store's new table files in the shared area apart from every other store's.
+    pub(crate) uid: String,
+    /// Table files checkpoint storage holds, by name: their keys.
+    pub(crate) confirmed: Mutex<BTreeMap<String, String>>,
+    /// The table files each checkpoint in flight named, by checkpoint.
+    pub(crate) pending: Mutex<BTreeMap<CheckpointId, Vec<(String, String)>>>,
 }
 
 impl RocksDbStore {
@@ -33,6 +54,7 @@ impl RocksDbStore {
         dir: PathBuf,
         operator: String,
         key_groups: Range<usize>,
+        incremental: Option<Incremental>,
     ) -> Self {
         let mut write = WriteOptions::default();
         write.disable_wal(true);
@@ -44,6 +66,7 @@ impl RocksDbStore {
             options,
             reads: AtomicU64::new(0),
             key_groups,
+            incremental,
         }
     }
 
@@ -71,6 +94,13 @@ impl RocksDbStore {
 }
 
 impl RocksDbStore {
+    /// Records that checkpoint storage holds the table files `shared` (name, key) already.
+    pub(crate) fn seed_shared(&self, shared: &[(String, String)]) {
+        if let Some(inc) = &self.incremental {
+            sluice_core::sync::lock(&inc.confirmed).extend(shared.iter().cloned());
+        }
+    }
+
     /// Deletes every entry outside key groups `groups` (after opening another subtask's files).
     pub(crate) fn keep_only(&self, groups: &Range<usize>) -> Result<(), StoreError> {
         let db = self.db()?;
@@ -177,7 +207,70 @@ impl KeyedStore for RocksDbStore {
             dir: dir.to_path_buf(),
             files,
             key_groups: self.key_groups.clone(),
+            shared: Vec::new(),
         }))
+    }
+
+    fn incremental(&self) -> bool {
+        self.incremental.is_some()
+    }
+
+    fn snapshot_files(&self, checkpoint: CheckpointId) -> Result<Option<StoreHandle>, StoreError> {
+        let Some(inc) = &self.incremental else {
+            return Ok(None);
+        };
+        let dir = inc.staging.join(format!("{}-chk{}", inc.uid, checkpoint.0));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| self.io("checkpoint", format!("clearing {}: {e}", dir.display())))?;
+        }
+        let Some(files) = self.checkpoint_files(&dir)? else {
+            return Ok(None);
+        };
+        let confirmed = sluice_core::sync::lock(&inc.confirmed);
+        let (mut shared, mut private, mut named) = (Vec::new(), Vec::new(), Vec::new());
+        for (name, length) in files.files {
+            if name.ends_with(".sst") {
+                let known = confirmed.get(&name);
+                let key = known
+                    .cloned()
+                    .unwrap_or_else(|| format!("{}-{name}", inc.uid));
+                named.push((name.clone(), key.clone()));
+                shared.push(SharedFile {
+                    name,
+                    key,
+                    length,
+                    uploaded: known.is_some(),
+                });
+            } else {
+                let path = dir.join(&name);
+                let bytes = std::fs::read(&path).map_err(|e| {
+                    self.io("checkpoint", format!("reading {}: {e}", path.display()))
+                })?;
+                private.push((name, bytes));
+            }
+        }
+        drop(confirmed);
+        sluice_core::sync::lock(&inc.pending).insert(checkpoint, named);
+        Ok(Some(StoreHandle {
+            backend: "rocksdb".into(),
+            key_groups: self.key_groups.clone(),
+            shared,
+            private,
+            local: Some(dir),
+            fetched: false,
+        }))
+    }
+
+    fn checkpoint_complete(&self, checkpoint: CheckpointId) {
+        let Some(inc) = &self.incremental else {
+            return;
+        };
+        let mut pending = sluice_core::sync::lock(&inc.pending);
+        if let Some(named) = pending.remove(&checkpoint) {
+            sluice_core::sync::lock(&inc.confirmed).extend(named);
+        }
+        pending.retain(|id, _| *id > checkpoint);
     }
 
     fn stats(&self) -> StoreStats {

@@ -73,6 +73,17 @@ async fn run_and_stop(env: StreamEnvironment, seen: &Seen, mark: u64, out: &Path
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_in_rocksdb_survive_rescaling_from_2_to_3_to_1_and_a_switch_to_the_heap() {
+    rescale(false).await;
+}
+
+/// The same with incremental checkpoints: each restore opens the stores from the checkpoint's
+/// shared files (the last run too, in RocksDB: the heap cannot read store files).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_checkpoints_survive_rescaling_from_2_to_3_to_1() {
+    rescale(true).await;
+}
+
+async fn rescale(incremental: bool) {
     let checkpoints = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
@@ -86,6 +97,7 @@ async fn counts_in_rocksdb_survive_rescaling_from_2_to_3_to_1_and_a_switch_to_th
         RocksDbStateBackend::new(state.path())
             .memory_budget(8 << 20)
             .value_cache_bytes(0)
+            .incremental(incremental)
     };
 
     let env = env_at(2, checkpoints.path(), false);
@@ -102,9 +114,18 @@ async fn counts_in_rocksdb_survive_rescaling_from_2_to_3_to_1_and_a_switch_to_th
     let mark = seen.max.load(Ordering::SeqCst) + 5_000;
     run_and_stop(env, &seen, mark, out.path()).await;
 
-    // The last run, on the heap, to a bound past every restored position.
+    if incremental {
+        let shared = checkpoints.path().join("shared");
+        let files = std::fs::read_dir(&shared).map(|d| d.count()).unwrap_or(0);
+        assert!(files > 0, "table files in {shared:?}");
+    }
+
+    // The last run, on the heap (or in RocksDB again), to a bound past every restored position.
     let n = seen.max.load(Ordering::SeqCst) + 1 + 5_000;
     let env = env_at(1, checkpoints.path(), true);
+    if incremental {
+        env.set_state_backend(rocksdb());
+    }
     build(&env, Some(n), seen.clone(), out.path());
     env.execute("counting: last run").await.unwrap();
 
@@ -147,4 +168,28 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_checkpoint_restored_on_the_heap_is_refused_naming_the_backend() {
+    let checkpoints = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let seen = Seen {
+        max: Arc::new(AtomicU64::new(0)),
+        mark: Arc::new(AtomicU64::new(u64::MAX)),
+        reached: Arc::new(Notify::new()),
+    };
+    let env = env_at(2, checkpoints.path(), false);
+    env.set_state_backend(RocksDbStateBackend::new(state.path()).incremental(true));
+    run_and_stop(env, &seen, 2_000, out.path()).await;
+
+    let env = env_at(2, checkpoints.path(), true);
+    env.set_restart_strategy(sluice_runtime::failover::RestartStrategy::none());
+    build(&env, Some(10_000), seen.clone(), out.path());
+    let e = env.execute("on the heap").await.unwrap_err().to_string();
+    assert!(
+        e.contains("rocksdb files") && e.contains("heap state backend"),
+        "{e}"
+    );
 }

@@ -21,6 +21,11 @@ pub(crate) trait Persistence: Send + Sync + 'static {
     fn persist(&self, checkpoint: CompletedCheckpoint) -> BoxFuture<'_, Result<u64, String>>;
     /// Removes what was written of an aborted checkpoint.
     fn discard(&self, id: CheckpointId) -> BoxFuture<'_, ()>;
+    /// Takes charge of the local copies of keyed store files that the restore of checkpoint
+    /// `id` gathered: they go as those of a retired checkpoint do, or when the job ends.
+    fn adopt(&self, id: CheckpointId, dirs: Vec<PathBuf>) {
+        let _ = (id, dirs);
+    }
 }
 
 /// State files that task managers wrote to the storage themselves (cluster mode), by
@@ -61,6 +66,116 @@ pub(crate) struct StoragePersistence {
     pub(crate) max_parallelism: usize,
     /// In cluster mode: the state files task managers wrote already.
     pub(crate) written: Option<Arc<WrittenStates>>,
+    /// The local copies of keyed store files (the stores' own checkpoints) of the checkpoints
+    /// still retained, by checkpoint: a failover restores from them, so they go when their
+    /// checkpoint is retired.
+    pub(crate) staged: std::sync::Mutex<BTreeMap<CheckpointId, Vec<PathBuf>>>,
+}
+
+impl Drop for StoragePersistence {
+    /// The job ended: no restore needs the local copies of store files any more. (Removing hard
+    /// links and small files is quick enough not to move off the thread.)
+    fn drop(&mut self) {
+        let staged = std::mem::take(&mut *sluice_core::sync::lock(&self.staged));
+        for d in staged.into_values().flatten() {
+            let _ = std::fs::remove_dir_all(&d);
+        }
+    }
+}
+
+impl StoragePersistence {
+    /// Whether a task manager wrote the state of `(node, subtask)` (and its store files).
+    fn wrote_itself(&self, written: &Handles, node: NodeId, subtask: usize) -> bool {
+        written.contains_key(&(node, subtask))
+    }
+
+    /// Keeps `staged` for checkpoint `id` and removes those of the checkpoints older than the
+    /// newest one retention removed.
+    async fn release_staged(
+        &self,
+        id: CheckpointId,
+        staged: Vec<PathBuf>,
+        removed: &[CheckpointId],
+    ) {
+        let doomed: Vec<PathBuf> = {
+            let mut all = sluice_core::sync::lock(&self.staged);
+            all.insert(id, staged);
+            let Some(&newest_removed) = removed.iter().max() else {
+                return;
+            };
+            // The newest retired checkpoint stays: the job master may restore from it until it
+            // learns that this one completed.
+            let keep = all.split_off(&newest_removed);
+            std::mem::replace(&mut *all, keep)
+                .into_values()
+                .flatten()
+                .collect()
+        };
+        remove_dirs(doomed).await;
+    }
+}
+
+/// The table files of `state`'s stores that checkpoint storage does not hold yet: key and
+/// local path.
+fn pending_uploads(state: &OperatorState) -> Result<Vec<(String, PathBuf)>, String> {
+    let mut out = Vec::new();
+    for h in state.store_handles() {
+        for f in h.shared.iter().filter(|f| !f.uploaded) {
+            let Some(dir) = &h.local else {
+                return Err(format!(
+                    "the {} file {} of key groups {:?} has no local copy to upload",
+                    h.backend, f.name, h.key_groups
+                ));
+            };
+            out.push((f.key.clone(), dir.join(&f.name)));
+        }
+    }
+    Ok(out)
+}
+
+/// Uploads every `(key, path)` to `storage`'s shared files, a few at a time.
+pub(crate) async fn upload_all(
+    storage: &dyn CheckpointStorage,
+    uploads: BTreeMap<String, PathBuf>,
+) -> Result<(), String> {
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(uploads)
+        .map(|(key, path)| async move {
+            storage
+                .write_shared(&key, &path)
+                .await
+                .map_err(|e| format!("uploading {}: {e}", path.display()))
+        })
+        .buffer_unordered(4)
+        .try_collect::<Vec<()>>()
+        .await
+        .map(|_| ())
+}
+
+/// Uploads the store files `state` names that checkpoint storage does not hold yet (a task
+/// manager writing its own states).
+pub(crate) async fn upload_store_files(
+    storage: &dyn CheckpointStorage,
+    state: &OperatorState,
+) -> Result<(), String> {
+    upload_all(storage, pending_uploads(state)?.into_iter().collect()).await
+}
+
+/// Removes local directories off the tokio workers; failures are logged.
+async fn remove_dirs(dirs: Vec<PathBuf>) {
+    if dirs.is_empty() {
+        return;
+    }
+    let _ = tokio::task::spawn_blocking(move || {
+        for d in dirs {
+            if let Err(e) = std::fs::remove_dir_all(&d)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(dir = %d.display(), error = %e, "cannot remove a keyed store's checkpoint");
+            }
+        }
+    })
+    .await;
 }
 
 impl Persistence for StoragePersistence {
@@ -118,6 +233,26 @@ impl Persistence for StoragePersistence {
                         .map_err(|e| e.to_string())
                 }
             });
+            // The table files of incremental keyed stores go first, each once: the state files
+            // written below name them, and the metadata lists them.
+            let mut shared_files = std::collections::BTreeSet::new();
+            let mut uploads = BTreeMap::new();
+            let mut staged = Vec::new();
+            for (&node, states) in cp.operators.iter() {
+                for (subtask, state) in states.iter().enumerate() {
+                    for h in state.store_handles() {
+                        shared_files.extend(h.shared.iter().map(|f| f.key.clone()));
+                        if let Some(dir) = &h.local {
+                            staged.push(dir.clone());
+                        }
+                    }
+                    if !self.wrote_itself(&written, node, subtask) {
+                        uploads.extend(pending_uploads(state)?);
+                    }
+                }
+            }
+            upload_all(self.storage.as_ref(), uploads).await?;
+            let shared_files: Vec<String> = shared_files.into_iter().collect();
             let (files, coordinator_states) = futures::future::try_join(
                 futures::future::try_join_all(writes),
                 futures::future::try_join_all(coordinator_writes),
@@ -132,6 +267,7 @@ impl Persistence for StoragePersistence {
                 operators,
                 state_files: files,
                 coordinator_states,
+                shared_files,
             };
             let removed = self
                 .storage
@@ -141,8 +277,16 @@ impl Persistence for StoragePersistence {
             if !removed.is_empty() {
                 tracing::debug!(?removed, "checkpoints removed by retention");
             }
+            self.release_staged(id, staged, &removed).await;
             Ok(bytes)
         })
+    }
+
+    fn adopt(&self, id: CheckpointId, dirs: Vec<PathBuf>) {
+        sluice_core::sync::lock(&self.staged)
+            .entry(id)
+            .or_default()
+            .extend(dirs);
     }
 
     fn discard(&self, id: CheckpointId) -> BoxFuture<'_, ()> {
@@ -202,7 +346,10 @@ pub(crate) async fn load_restore(
         let cp = LocalCheckpointStorage::load_dir(path.to_path_buf(), fingerprint)
             .await
             .map_err(invalid)?;
-        return decode_restored(cp);
+        // Shared files live beside the checkpoint directories.
+        let base = path.parent().unwrap_or(path).to_path_buf();
+        let storage = LocalCheckpointStorage::new(base, std::num::NonZeroUsize::MIN);
+        return fetch_store_files(&storage, decode_restored(cp)?).await;
     }
     // A restore reads; it removes nothing (not even incomplete checkpoints), so that a
     // checkpoint skipped here can still be restored by itself and named for what it lacks.
@@ -215,7 +362,7 @@ pub(crate) async fn load_restore(
         tracing::warn!(checkpoint = %skipped.id, error = %skipped.error, "skipping a damaged checkpoint");
     }
     match outcome.restored {
-        Some(cp) => decode_restored(cp),
+        Some(cp) => fetch_store_files(&storage, decode_restored(cp)?).await,
         None => Err(JobError::InvalidJob(format!(
             "cannot restore from {}: it holds no complete, valid checkpoint{}",
             path.display(),
@@ -243,7 +390,74 @@ pub(crate) async fn load_latest(
     for skipped in &outcome.skipped {
         tracing::warn!(checkpoint = %skipped.id, error = %skipped.error, "skipping a damaged checkpoint");
     }
-    outcome.restored.map(decode_restored).transpose()
+    match outcome.restored {
+        None => Ok(None),
+        Some(cp) => Ok(Some(
+            fetch_store_files(storage, decode_restored(cp)?).await?,
+        )),
+    }
+}
+
+/// Gathers the files of every keyed store handle in `cp` into a local directory per handle
+/// (shared files fetched from `storage`, small files written out), so that the restored stores
+/// open from them.
+async fn fetch_store_files(
+    storage: &dyn CheckpointStorage,
+    mut cp: CompletedCheckpoint,
+) -> Result<CompletedCheckpoint, JobError> {
+    if cp
+        .operators
+        .values()
+        .all(|states| states.iter().all(|s| s.store_handles().is_empty()))
+    {
+        return Ok(cp);
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let prefix = format!(
+        "sluice-restore-p{}-{nanos:x}-chk{}",
+        std::process::id(),
+        cp.id.0
+    );
+    let failed = |what: String| {
+        JobError::InvalidJob(format!(
+            "cannot restore checkpoint {} from {}: {what}",
+            cp.id,
+            storage.location()
+        ))
+    };
+    let mut operators = (*cp.operators).clone();
+    let mut n = 0usize;
+    for (node, states) in operators.iter_mut() {
+        for state in states.iter_mut() {
+            for h in state.store_handles_mut() {
+                let dir = std::env::temp_dir().join(format!("{prefix}-n{}-{n}", node.0));
+                n += 1;
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| failed(format!("creating {}: {e}", dir.display())))?;
+                for f in &h.shared {
+                    storage
+                        .fetch_shared(&f.key, &dir.join(&f.name))
+                        .await
+                        .map_err(|e| failed(e.to_string()))?;
+                }
+                for (name, bytes) in &h.private {
+                    std::fs::write(dir.join(name), bytes).map_err(|e| {
+                        failed(format!("writing {}: {e}", dir.join(name).display()))
+                    })?;
+                }
+                for f in h.shared.iter_mut() {
+                    f.uploaded = true;
+                }
+                h.local = Some(dir);
+                h.fetched = true;
+            }
+        }
+    }
+    cp.operators = Arc::new(operators);
+    Ok(cp)
 }
 
 /// The default checkpoint directory of a job: `./sluice-checkpoints/<job name>`.

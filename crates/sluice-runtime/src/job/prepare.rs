@@ -34,6 +34,15 @@ pub(crate) async fn prepare(spec: &JobSpec) -> Result<Prepared, JobError> {
             None => tracing::info!(%location, "no checkpoint to resume from: starting afresh"),
         }
     }
+    if let (Some(run), Some(cp)) = (&spec.checkpointing, &initial) {
+        let dirs = cp
+            .operators
+            .values()
+            .flatten()
+            .flat_map(|s| s.store_handles().iter().filter_map(|h| h.local.clone()))
+            .collect();
+        run.persistence.adopt(cp.id, dirs);
+    }
     let checkpoints = match &spec.checkpointing {
         Some(c) => Some(start_checkpointing(c, spec.plan.task_count(), initial.clone()).await?),
         None => None,

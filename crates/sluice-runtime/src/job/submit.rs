@@ -163,6 +163,7 @@ impl Prepared {
                 fingerprint: graph.fingerprint(),
                 max_parallelism: self.config.max_parallelism,
                 written: deployer.written_states(),
+                staged: Default::default(),
             });
             CheckpointRun {
                 settings,

@@ -55,6 +55,8 @@ struct Inner {
     state_backend: StateBackend,
     /// The keyed store, once an operator state asked for it.
     store: std::sync::Mutex<Option<Arc<dyn KeyedStore>>>,
+    /// The files of the stores to restore from, until the store opens.
+    restored: std::sync::Mutex<Vec<crate::state::StoreHandle>>,
 }
 
 impl OperatorContext {
@@ -72,6 +74,7 @@ impl OperatorContext {
                 to_coordinator: parts.to_coordinator,
                 state_backend: parts.state_backend,
                 store: std::sync::Mutex::new(None),
+                restored: std::sync::Mutex::new(Vec::new()),
             }),
         }
     }
@@ -126,14 +129,32 @@ impl OperatorContext {
             return Ok(Some((store.clone(), backend.cache_bytes())));
         }
         let i = &self.inner;
-        let store = backend.open(&StoreScope {
+        let scope = StoreScope {
             node: i.operator_id,
             operator_name: i.operator_name.clone(),
             subtask: i.subtask_index,
             attempt: i.attempt_number,
             max_parallelism: i.max_parallelism,
             parallelism: i.parallelism,
-        })?;
+        };
+        let restored = std::mem::take(&mut *sluice_core::sync::lock(&i.restored));
+        let store = if restored.is_empty() {
+            backend.open(&scope)?
+        } else {
+            let mut files = Vec::with_capacity(restored.len());
+            for h in &restored {
+                files.push(h.local_files().ok_or_else(|| StoreError::Open {
+                    backend: backend.name().to_string(),
+                    operator: scope.describe(),
+                    path: Default::default(),
+                    message: format!(
+                        "the {} files of key groups {:?} were not fetched from checkpoint storage",
+                        h.backend, h.key_groups
+                    ),
+                })?);
+            }
+            backend.open_restored(&scope, &files)?
+        };
         *slot = Some(store.clone());
         Ok(Some((store, backend.cache_bytes())))
     }
@@ -150,6 +171,51 @@ impl OperatorContext {
             state.attach(store, self.max_parallelism(), cache_bytes, &self.describe())?;
         }
         Ok(())
+    }
+
+    /// Before `initialize_state`: remembers the keyed store files in `state` for the store to
+    /// open from. Refused when they need a store backend the job does not have.
+    pub(crate) fn restore_stores(&self, state: &crate::state::OperatorState) -> Result<(), String> {
+        let handles = state.store_handles();
+        if handles.is_empty() {
+            return Ok(());
+        }
+        let backend = self.inner.state_backend.name();
+        if let Some(h) = handles.iter().find(|h| h.backend != backend) {
+            return Err(format!(
+                "{}: the checkpoint holds {} files of its keyed state (an incremental checkpoint), \
+                 which the {backend} state backend cannot read; restore it with the {} backend, \
+                 or restore a checkpoint taken with incremental checkpoints off",
+                self.describe(),
+                h.backend,
+                h.backend
+            ));
+        }
+        *sluice_core::sync::lock(&self.inner.restored) = handles.to_vec();
+        Ok(())
+    }
+
+    /// At a checkpoint barrier, after the operator's `snapshot_state`: adds the files of this
+    /// subtask's keyed store when its snapshots are incremental.
+    pub(crate) fn snapshot_store(
+        &self,
+        checkpoint: sluice_core::CheckpointId,
+        state: &mut crate::state::OperatorState,
+    ) -> Result<(), StoreError> {
+        let store = sluice_core::sync::lock(&self.inner.store).clone();
+        if let Some(store) = store
+            && let Some(handle) = store.snapshot_files(checkpoint)?
+        {
+            state.store_handles_mut().push(handle);
+        }
+        Ok(())
+    }
+
+    /// Checkpoint `checkpoint` completed: tells the keyed store, if there is one.
+    pub(crate) fn store_checkpoint_complete(&self, checkpoint: sluice_core::CheckpointId) {
+        if let Some(store) = sluice_core::sync::lock(&self.inner.store).as_ref() {
+            store.checkpoint_complete(checkpoint);
+        }
     }
 
     /// Whether the job takes checkpoints (and so ends with a final checkpoint). Sinks that commit

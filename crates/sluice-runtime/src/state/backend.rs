@@ -17,8 +17,9 @@
 //! [key group: u16 BE][state id: u32 BE][the key, encoded with sluice_core::codec]
 //! ```
 
+use super::StoreHandle;
 use serde::{Deserialize, Serialize};
-use sluice_core::{AttemptNumber, NodeId, SubtaskIndex};
+use sluice_core::{AttemptNumber, CheckpointId, NodeId, SubtaskIndex};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
@@ -113,6 +114,9 @@ pub struct StoreFiles {
     pub files: Vec<(String, u64)>,
     /// The key groups the store held.
     pub key_groups: Range<usize>,
+    /// Of the files, those that checkpoint storage holds already: name and key in its shared
+    /// area. A store opened from these files refers to them instead of uploading them again.
+    pub shared: Vec<(String, String)>,
 }
 
 impl StoreFiles {
@@ -173,6 +177,26 @@ pub trait KeyedStore: Send + Sync + fmt::Debug {
     fn checkpoint_files(&self, dir: &Path) -> Result<Option<StoreFiles>, StoreError> {
         let _ = dir;
         Ok(None)
+    }
+
+    /// Whether snapshots of this store are its files ([`snapshot_files`](Self::snapshot_files))
+    /// rather than its entries.
+    fn incremental(&self) -> bool {
+        false
+    }
+
+    /// For an incremental store: its files at checkpoint `checkpoint`, as a handle whose table
+    /// files name their keys in checkpoint storage's shared area, marked uploaded when an
+    /// earlier completed checkpoint uploaded them already. `None` otherwise.
+    fn snapshot_files(&self, checkpoint: CheckpointId) -> Result<Option<StoreHandle>, StoreError> {
+        let _ = checkpoint;
+        Ok(None)
+    }
+
+    /// Checkpoint `checkpoint` completed: the files its snapshot named are in checkpoint
+    /// storage from now on.
+    fn checkpoint_complete(&self, checkpoint: CheckpointId) {
+        let _ = checkpoint;
     }
 }
 

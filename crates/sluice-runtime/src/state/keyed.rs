@@ -508,6 +508,10 @@ where
             }
             Tier::Store(s) => {
                 s.write_back(&self.name, false)?;
+                if s.store.incremental() {
+                    // The task takes the store's files once all its states wrote back.
+                    return Ok(());
+                }
                 // A stored key is the encoded key after the prefix and its value the encoded
                 // value, so a pair's encoding is the two byte strings one after the other.
                 for g in 0..s.max_parallelism {

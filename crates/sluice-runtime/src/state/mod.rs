@@ -54,6 +54,76 @@ pub struct KeyGroupEntry {
     pub data: Vec<u8>,
 }
 
+/// The files of a keyed store at a checkpoint (an incremental snapshot, Flink's
+/// `IncrementalRemoteKeyedStateHandle`): its table files, kept once in checkpoint storage's
+/// shared area and referred to by every checkpoint that still needs them, and its small files
+/// inline.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreHandle {
+    /// The backend that wrote the files (`"rocksdb"`).
+    pub backend: String,
+    /// The key groups the store held.
+    pub key_groups: std::ops::Range<usize>,
+    /// The table files.
+    pub shared: Vec<SharedFile>,
+    /// The small files (manifest, options), whole.
+    pub private: Vec<(String, Vec<u8>)>,
+    /// A local directory holding every file by name: the store's own checkpoint until the
+    /// checkpoint is persisted, or where a restore gathered them. Never written.
+    #[serde(skip)]
+    pub local: Option<std::path::PathBuf>,
+    /// Whether a restore fetched the files from checkpoint storage, which then holds every
+    /// shared file (a failover's handle from memory may name shared files that retention
+    /// removed since). Never written.
+    #[serde(skip)]
+    pub fetched: bool,
+}
+
+/// One table file of a [`StoreHandle`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedFile {
+    /// Its name in the store's directory.
+    pub name: String,
+    /// Its key in checkpoint storage, below `shared/`.
+    pub key: String,
+    /// Its length in bytes.
+    pub length: u64,
+    /// Whether checkpoint storage holds it already (an earlier completed checkpoint uploaded
+    /// it). Never written.
+    #[serde(skip)]
+    pub uploaded: bool,
+}
+
+impl StoreHandle {
+    /// The files as one local directory, for opening a store from them.
+    pub fn local_files(&self) -> Option<StoreFiles> {
+        let dir = self.local.clone()?;
+        let mut files: Vec<(String, u64)> = self
+            .shared
+            .iter()
+            .map(|f| (f.name.clone(), f.length))
+            .collect();
+        files.extend(
+            self.private
+                .iter()
+                .map(|(n, b)| (n.clone(), b.len() as u64)),
+        );
+        Some(StoreFiles {
+            dir,
+            files,
+            key_groups: self.key_groups.clone(),
+            shared: if self.fetched {
+                self.shared
+                    .iter()
+                    .map(|f| (f.name.clone(), f.key.clone()))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        })
+    }
+}
+
 /// One broadcast entry: one named broadcast state of one subtask.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BroadcastEntry {
@@ -82,6 +152,17 @@ pub struct OperatorState {
     finished: bool,
     /// Broadcast state, the same on every subtask.
     broadcast: Vec<BroadcastEntry>,
+    /// The files of the subtask's keyed store, when its snapshots are incremental.
+    stores: Vec<StoreHandle>,
+}
+
+/// [`OperatorState`] as checkpoints wrote it before keyed stores existed; still read.
+#[derive(Deserialize)]
+struct OperatorStateV2 {
+    entries: Vec<Vec<u8>>,
+    keyed: Vec<KeyGroupEntry>,
+    finished: bool,
+    broadcast: Vec<BroadcastEntry>,
 }
 
 /// [`OperatorState`] as checkpoints wrote it before broadcast state existed; still read.
@@ -106,16 +187,37 @@ impl OperatorState {
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, sluice_core::codec::CodecError> {
         match sluice_core::codec::decode::<OperatorState>(bytes) {
             Ok(s) => Ok(s),
-            Err(e) => match sluice_core::codec::decode::<OperatorStateV1>(bytes) {
+            Err(e) => match sluice_core::codec::decode::<OperatorStateV2>(bytes) {
                 Ok(old) => Ok(OperatorState {
                     entries: old.entries,
                     keyed: old.keyed,
                     finished: old.finished,
-                    broadcast: Vec::new(),
+                    broadcast: old.broadcast,
+                    stores: Vec::new(),
                 }),
-                Err(_) => Err(e),
+                Err(_) => match sluice_core::codec::decode::<OperatorStateV1>(bytes) {
+                    Ok(old) => Ok(OperatorState {
+                        entries: old.entries,
+                        keyed: old.keyed,
+                        finished: old.finished,
+                        broadcast: Vec::new(),
+                        stores: Vec::new(),
+                    }),
+                    Err(_) => Err(e),
+                },
             },
         }
+    }
+
+    /// The files of the subtask's keyed store (incremental snapshots).
+    pub fn store_handles(&self) -> &[StoreHandle] {
+        &self.stores
+    }
+
+    /// The files of the subtask's keyed store, mutably (checkpoint storage fills in where they
+    /// are).
+    pub(crate) fn store_handles_mut(&mut self) -> &mut Vec<StoreHandle> {
+        &mut self.stores
     }
 
     /// Appends one broadcast entry.
@@ -155,7 +257,10 @@ impl OperatorState {
 
     /// Whether there is no entry of any kind.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty() && self.keyed.is_empty() && self.broadcast.is_empty()
+        self.entries.is_empty()
+            && self.keyed.is_empty()
+            && self.broadcast.is_empty()
+            && self.stores.is_empty()
     }
 
     /// Whether the operator had ended its input (`end_input` ran) when this state was taken.
@@ -169,20 +274,29 @@ impl OperatorState {
         self.finished = true;
     }
 
-    pub(crate) fn into_parts(self) -> (Vec<Vec<u8>>, Vec<KeyGroupEntry>, Vec<BroadcastEntry>) {
-        (self.entries, self.keyed, self.broadcast)
+    pub(crate) fn into_parts(
+        self,
+    ) -> (
+        Vec<Vec<u8>>,
+        Vec<KeyGroupEntry>,
+        Vec<BroadcastEntry>,
+        Vec<StoreHandle>,
+    ) {
+        (self.entries, self.keyed, self.broadcast, self.stores)
     }
 
     pub(crate) fn from_parts(
         entries: Vec<Vec<u8>>,
         keyed: Vec<KeyGroupEntry>,
         broadcast: Vec<BroadcastEntry>,
+        stores: Vec<StoreHandle>,
     ) -> Self {
         OperatorState {
             entries,
             keyed,
             finished: false,
             broadcast,
+            stores,
         }
     }
 }

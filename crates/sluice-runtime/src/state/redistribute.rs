@@ -9,7 +9,8 @@ use crate::key_groups::subtask_for_key_group;
 /// all old subtasks, in subtask order, are cut into contiguous shares whose sizes differ by at
 /// most one, and each keyed entry goes to the subtask owning its key group. For example, list
 /// entries `[1, 2, 3]` and `[4]` of two old subtasks become `[1, 2]`, `[3]` and `[4]` for three
-/// (the unit test `worked_example_three_new_subtasks`). Broadcast entries are the same on every
+/// (the unit test `worked_example_three_new_subtasks`). A keyed store's files go to every new
+/// subtask whose key groups they overlap. Broadcast entries are the same on every
 /// old subtask: new subtask `i` gets those of old subtask `i % old.len()` (Flink's round robin
 /// over the old copies). Tests of operators reach it through `testing::rescale_states`.
 pub(crate) fn redistribute(
@@ -25,11 +26,13 @@ pub(crate) fn redistribute(
     let mut entries = Vec::new();
     let mut keyed = Vec::new();
     let mut broadcasts = Vec::with_capacity(old.len());
+    let mut stores = Vec::new();
     for s in old {
-        let (e, k, b) = s.into_parts();
+        let (e, k, b, st) = s.into_parts();
         entries.extend(e);
         keyed.extend(k);
         broadcasts.push(b);
+        stores.extend(st);
     }
     let n = entries.len();
     let mut out: Vec<(Vec<Vec<u8>>, Vec<_>)> = (0..new_parallelism)
@@ -52,7 +55,15 @@ pub(crate) fn redistribute(
             } else {
                 broadcasts[i % broadcasts.len()].clone()
             };
-            let mut s = OperatorState::from_parts(e, k, broadcast);
+            // Every old store holding some of the subtask's key groups: the restore takes those
+            // and drops the rest (Flink hands out keyed state handles the same way).
+            let groups = crate::key_groups::key_group_range(i, max_parallelism, new_parallelism);
+            let mine = stores
+                .iter()
+                .filter(|h| h.key_groups.start.max(groups.start) < h.key_groups.end.min(groups.end))
+                .cloned()
+                .collect();
+            let mut s = OperatorState::from_parts(e, k, broadcast, mine);
             if finished {
                 s.mark_finished();
             }

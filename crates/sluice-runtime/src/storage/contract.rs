@@ -134,6 +134,7 @@ fn metadata(
         ],
         state_files,
         coordinator_states,
+        shared_files: vec![],
     }
 }
 

@@ -13,11 +13,14 @@ use super::{
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use sluice_core::{CheckpointId, NodeId, SubtaskIndex, codec};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::num::NonZeroUsize;
 
 /// How many blobs of one checkpoint are read or deleted at a time.
 const CONCURRENT_REQUESTS: usize = 8;
+
+/// The folder of shared files (the table files of keyed stores).
+const SHARED_DIR: &str = "shared";
 
 /// Checkpoints laid out in a [`BlobStore`]; see the [module documentation](super) for the
 /// layout. [`LocalCheckpointStorage`](super::LocalCheckpointStorage) is this over the local
@@ -42,6 +45,7 @@ const CONCURRENT_REQUESTS: usize = 8;
 ///         operators: vec![OperatorInfo { node: NodeId(0), parallelism: 1, max_parallelism: 128 }],
 ///         state_files: vec![file],
 ///         coordinator_states: vec![],
+///         shared_files: vec![],
 ///     };
 ///     storage.complete(metadata).await.unwrap();
 ///     let mut keys = storage.blobs().list("").await.unwrap();
@@ -197,6 +201,18 @@ impl<B: BlobStore> BlobCheckpointStorage<B> {
                 });
             }
         }
+        if !metadata.shared_files.is_empty() {
+            let present: BTreeSet<String> =
+                self.blobs.list(SHARED_DIR).await?.into_iter().collect();
+            for name in &metadata.shared_files {
+                let key = join_key(SHARED_DIR, name);
+                if !present.contains(&key) {
+                    return Err(StorageError::Missing {
+                        path: self.blobs.path_of(&key),
+                    });
+                }
+            }
+        }
         let bytes = codec::encode(&metadata)?;
         let key = join_key(&dir, METADATA_FILE);
         self.blobs
@@ -219,16 +235,71 @@ impl<B: BlobStore> BlobCheckpointStorage<B> {
             listed.into_iter().filter(|(_, l)| l.complete).collect();
         let excess = completed.len().saturating_sub(self.retained.get());
         let mut removed = Vec::new();
-        for (id, l) in completed.into_iter().take(excess) {
-            if id == current {
+        let mut released: BTreeSet<String> = BTreeSet::new();
+        let mut kept: Vec<CheckpointId> = Vec::new();
+        for (i, (id, l)) in completed.into_iter().enumerate() {
+            if i >= excess || id == current {
+                kept.push(id);
                 continue;
             }
+            // What it shares is read before it goes: its metadata is deleted first.
+            let shared = self.shared_files_of(id).await;
             match self.delete_all(l.keys).await {
-                Ok(()) => removed.push(id),
+                Ok(()) => {
+                    removed.push(id);
+                    released.extend(shared.unwrap_or_default());
+                }
                 Err(e) => tracing::warn!("cannot remove retired checkpoint {id}: {e}"),
             }
         }
+        if !released.is_empty() {
+            self.delete_unreferenced(released, &kept).await;
+        }
         removed
+    }
+
+    /// The shared files checkpoint `id`'s metadata lists (`None` when it cannot be read).
+    async fn shared_files_of(&self, id: CheckpointId) -> Option<Vec<String>> {
+        let key = join_key(&format::checkpoint_dir_name(id), METADATA_FILE);
+        let (_, bytes) = self.read(&key, FileKind::Metadata).await.ok()?;
+        let metadata: CheckpointMetadata = match codec::decode(&bytes) {
+            Ok(m) => m,
+            Err(_) => codec::decode::<super::metadata::CheckpointMetadataV1>(&bytes)
+                .ok()?
+                .into(),
+        };
+        Some(metadata.shared_files)
+    }
+
+    /// Deletes those of `candidates` that none of the checkpoints `kept` lists. A kept
+    /// checkpoint whose metadata cannot be read keeps every candidate (nothing it might need
+    /// goes).
+    async fn delete_unreferenced(&self, candidates: BTreeSet<String>, kept: &[CheckpointId]) {
+        let mut referenced = BTreeSet::new();
+        for &id in kept {
+            match self.shared_files_of(id).await {
+                Some(files) => referenced.extend(files),
+                None => {
+                    tracing::warn!(
+                        "shared files kept: the metadata of checkpoint {id} is unreadable"
+                    );
+                    return;
+                }
+            }
+        }
+        let doomed: Vec<String> = candidates
+            .into_iter()
+            .filter(|k| !referenced.contains(k))
+            .map(|k| join_key(SHARED_DIR, &k))
+            .collect();
+        let deleted: Result<(), StorageError> = futures::stream::iter(doomed)
+            .map(|key| async move { self.blobs.delete(&key).await })
+            .buffer_unordered(CONCURRENT_REQUESTS)
+            .try_collect()
+            .await;
+        if let Err(e) = deleted {
+            tracing::warn!("cannot remove a shared file no checkpoint needs: {e}");
+        }
     }
 
     /// Reads and verifies the checkpoint in folder `dir`, of checkpoint `expected` when the
@@ -243,6 +314,20 @@ impl<B: BlobStore> BlobCheckpointStorage<B> {
         let (_, bytes) = self.read(&meta_key, FileKind::Metadata).await?;
         let meta_path = self.blobs.path_of(&meta_key);
         let metadata = decode_metadata(&meta_path, &bytes, expected, fingerprint)?;
+        // A shared file that is gone makes the checkpoint unusable, named like a missing state
+        // file (and the restore falls back to an older checkpoint).
+        if !metadata.shared_files.is_empty() {
+            let present: BTreeSet<String> =
+                self.blobs.list(SHARED_DIR).await?.into_iter().collect();
+            for name in &metadata.shared_files {
+                let key = join_key(SHARED_DIR, name);
+                if !present.contains(&key) {
+                    return Err(StorageError::Missing {
+                        path: self.blobs.path_of(&key),
+                    });
+                }
+            }
+        }
         // The state files, fetched side by side, then checked against the metadata in order.
         // (Loops rather than closures over the metadata: a closure over a borrowed handle here
         // keeps the boxed future from proving `Send`, rust-lang/rust#64552.)
@@ -329,11 +414,26 @@ impl<B: BlobStore> CheckpointStorage for BlobCheckpointStorage<B> {
     fn initialize(&self) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
         Box::pin(async move {
             let mut removed = Vec::new();
+            let mut complete = Vec::new();
             for (id, l) in self.list_checkpoints().await? {
                 if !l.complete {
                     self.delete_all(l.keys).await?;
                     removed.push(id);
+                } else {
+                    complete.push(id);
                 }
+            }
+            // Shared files of checkpoints that never completed, or whose retention was cut
+            // short: no complete checkpoint lists them.
+            let shared: BTreeSet<String> = self
+                .blobs
+                .list(SHARED_DIR)
+                .await?
+                .into_iter()
+                .filter_map(|k| k.strip_prefix("shared/").map(str::to_owned))
+                .collect();
+            if !shared.is_empty() {
+                self.delete_unreferenced(shared, &complete).await;
             }
             Ok(removed)
         })
@@ -392,6 +492,44 @@ impl<B: BlobStore> CheckpointStorage for BlobCheckpointStorage<B> {
         Box::pin(async move {
             let keys = self.keys_of(id).await?;
             self.delete_all(keys).await
+        })
+    }
+
+    fn write_shared<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(async move {
+            let owned = path.to_path_buf();
+            let bytes = tokio::task::spawn_blocking(move || std::fs::read(&owned))
+                .await
+                .map_err(|e| StorageError::Background(e.to_string()))?
+                .map_err(|source| StorageError::Io {
+                    action: "read",
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            self.blobs.put(&join_key(SHARED_DIR, key), bytes).await
+        })
+    }
+
+    fn fetch_shared<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(async move {
+            let bytes = self.blobs.get(&join_key(SHARED_DIR, key)).await?;
+            let owned = path.to_path_buf();
+            tokio::task::spawn_blocking(move || std::fs::write(&owned, bytes))
+                .await
+                .map_err(|e| StorageError::Background(e.to_string()))?
+                .map_err(|source| StorageError::Io {
+                    action: "write",
+                    path: path.to_path_buf(),
+                    source,
+                })
         })
     }
 

@@ -62,6 +62,7 @@ pub struct CoordinatorStateHandle {
 ///     operators: vec![OperatorInfo { node: NodeId(0), parallelism: 2, max_parallelism: 128 }],
 ///     state_files: vec![],
 ///     coordinator_states: vec![],
+///     shared_files: vec![],
 /// };
 /// assert!(meta.check().is_ok());
 /// ```
@@ -79,6 +80,35 @@ pub struct CheckpointMetadata {
     pub state_files: Vec<StateFileHandle>,
     /// The state of every operator coordinator, in a section of its own.
     pub coordinator_states: Vec<CoordinatorStateHandle>,
+    /// The keys (below `shared/`) of the files of keyed stores that this checkpoint's states
+    /// refer to (incremental snapshots). A shared file is deleted once no retained checkpoint
+    /// lists it.
+    pub shared_files: Vec<String>,
+}
+
+/// [`CheckpointMetadata`] as checkpoints wrote it before shared files existed; still read.
+#[derive(Deserialize)]
+pub(crate) struct CheckpointMetadataV1 {
+    job_fingerprint: String,
+    checkpoint_id: CheckpointId,
+    timestamp_ms: u64,
+    operators: Vec<OperatorInfo>,
+    state_files: Vec<StateFileHandle>,
+    coordinator_states: Vec<CoordinatorStateHandle>,
+}
+
+impl From<CheckpointMetadataV1> for CheckpointMetadata {
+    fn from(v: CheckpointMetadataV1) -> Self {
+        CheckpointMetadata {
+            job_fingerprint: v.job_fingerprint,
+            checkpoint_id: v.checkpoint_id,
+            timestamp_ms: v.timestamp_ms,
+            operators: v.operators,
+            state_files: v.state_files,
+            coordinator_states: v.coordinator_states,
+            shared_files: Vec::new(),
+        }
+    }
 }
 
 impl CheckpointMetadata {

@@ -24,6 +24,8 @@
 //! <base>/chk-7/node-0.subtask-1.state
 //! <base>/chk-7/node-2.coordinator.state  the state of operator 2's coordinator
 //! <base>/chk-7/_metadata                same header + the postcard-encoded metadata, put last
+//! <base>/shared/<key>                   a keyed store's table file (incremental checkpoints),
+//!                                       kept while a retained checkpoint's metadata lists it
 //! ```
 //!
 //! Only the last K completed checkpoints are retained; a checkpoint is deleted metadata first,
@@ -57,6 +59,7 @@
 //!         operators: vec![OperatorInfo { node: NodeId(0), parallelism: 1, max_parallelism: 128 }],
 //!         state_files: vec![file],
 //!         coordinator_states: vec![],
+//!         shared_files: vec![],
 //!     };
 //!     storage.complete(metadata).await.unwrap();
 //!
@@ -163,4 +166,20 @@ pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
         id: CheckpointId,
         job_fingerprint: &'a str,
     ) -> BoxFuture<'a, Result<RestoredCheckpoint, StorageError>>;
+
+    /// Stores the local file at `path` as shared file `key` (below `shared/`), the table file of
+    /// a keyed store that later checkpoints refer to without writing it again. A shared file
+    /// stays until no retained checkpoint's metadata lists it.
+    fn write_shared<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>>;
+
+    /// Brings shared file `key` to the local file `path` (a new file), for a restore.
+    fn fetch_shared<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>>;
 }

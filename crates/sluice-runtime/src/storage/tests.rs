@@ -60,6 +60,7 @@ async fn checkpoint(s: &LocalCheckpointStorage, id: u64) -> CheckpointMetadata {
         operators: operators(),
         state_files: files,
         coordinator_states: vec![],
+        shared_files: vec![],
     };
     s.complete(metadata.clone()).await.unwrap();
     metadata
@@ -146,6 +147,7 @@ async fn empty_payloads_and_empty_checkpoints_round_trip() {
         operators: ops.clone(),
         state_files,
         coordinator_states: vec![],
+        shared_files: vec![],
     };
     s.complete(meta(id, vec![f])).await.unwrap();
     let r = s.load(id, FP).await.unwrap();
@@ -402,6 +404,7 @@ async fn retention_keeps_exactly_k_completed_checkpoints() {
             operators: operators(),
             state_files: vec![f],
             coordinator_states: vec![],
+            shared_files: vec![],
         })
         .await
         .unwrap();
@@ -544,6 +547,7 @@ async fn complete_rejects_metadata_that_contradicts_itself_or_the_files() {
         operators: operators(),
         state_files: vec![f.clone()],
         coordinator_states: vec![],
+        shared_files: vec![],
     };
     // Subtask 5 of an operator with parallelism 2.
     let err = s.complete(meta.clone()).await.unwrap_err();
@@ -560,6 +564,7 @@ async fn complete_rejects_metadata_that_contradicts_itself_or_the_files() {
         .complete(CheckpointMetadata {
             state_files: vec![ghost],
             coordinator_states: vec![],
+            shared_files: vec![],
             ..meta
         })
         .await
@@ -610,6 +615,7 @@ async fn coordinator_states_have_their_own_section_and_a_missing_one_is_named() 
         operators: operators(),
         state_files: vec![file],
         coordinator_states: vec![coordinator.clone()],
+        shared_files: vec![],
     };
     s.complete(metadata.clone()).await.unwrap();
     let restored = s.load(id, FP).await.unwrap();
@@ -676,6 +682,7 @@ proptest::proptest! {
                     operators: ops,
                     state_files: vec![f],
                     coordinator_states: vec![],
+                    shared_files: vec![],
                 };
                 s.complete(meta).await.unwrap();
             }

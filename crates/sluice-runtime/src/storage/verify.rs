@@ -23,8 +23,12 @@ pub(crate) fn decode_metadata(
         path: meta_path.to_path_buf(),
         reason,
     };
-    let metadata: CheckpointMetadata =
-        codec::decode(payload).map_err(|e| corrupt(Corruption::Undecodable(e.to_string())))?;
+    let metadata: CheckpointMetadata = match codec::decode(payload) {
+        Ok(m) => m,
+        Err(e) => codec::decode::<super::metadata::CheckpointMetadataV1>(payload)
+            .map(CheckpointMetadata::from)
+            .map_err(|_| corrupt(Corruption::Undecodable(e.to_string())))?,
+    };
     if metadata.job_fingerprint != fingerprint {
         return Err(StorageError::FingerprintMismatch {
             path: meta_path.to_path_buf(),
@@ -100,6 +104,7 @@ mod tests {
             operators: vec![],
             state_files: vec![],
             coordinator_states: vec![],
+            shared_files: vec![],
         };
         let bytes = codec::encode(&metadata).unwrap();
         let path = Path::new("s3://bucket/chk-3/_metadata");

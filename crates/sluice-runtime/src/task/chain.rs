@@ -191,6 +191,9 @@ pub(crate) fn failure(ctx: &OperatorContext, message: String) -> TaskError {
 impl<In: Data, Op: Operator<In>> ChainStage<In> for OperatorStage<In, Op> {
     fn open(&mut self) -> Result<(), TaskError> {
         if let Some(state) = self.restored.take() {
+            self.ctx
+                .restore_stores(&state)
+                .map_err(|m| failure(&self.ctx, m))?;
             self.guarded("restoring state", |op, _| op.initialize_state(state))?;
         }
         let ctx = self.ctx.clone();
@@ -325,6 +328,9 @@ impl<In: Data, Op: Operator<In>> ChainStage<In> for OperatorStage<In, Op> {
     ) -> Result<(), TaskError> {
         let id = barrier.id;
         let mut state = self.guarded("snapshotting state", |op, o| op.snapshot_state(id, o))?;
+        self.ctx
+            .snapshot_store(id, &mut state)
+            .map_err(|e| failure(&self.ctx, format!("snapshotting its keyed store: {e}")))?;
         self.forward()?;
         if self.finish == FinishState::Done {
             state.mark_finished();
@@ -336,6 +342,7 @@ impl<In: Data, Op: Operator<In>> ChainStage<In> for OperatorStage<In, Op> {
     fn notify_checkpoint(&mut self, id: CheckpointId, complete: bool) -> Result<(), TaskError> {
         let cid = id;
         if complete {
+            self.ctx.store_checkpoint_complete(cid);
             self.guarded("notify_checkpoint_complete", |op, _| {
                 op.notify_checkpoint_complete(cid)
             })?;

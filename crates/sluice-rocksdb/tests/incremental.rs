@@ -1,0 +1,192 @@
+//! Incremental checkpoints of keyed state in RocksDB: a checkpoint uploads only the table
+//! files checkpoint storage does not hold yet, later checkpoints refer to the files already
+//! there, and a shared file is deleted once no retained checkpoint lists it.
+
+use futures::future::BoxFuture;
+use sluice_core::CheckpointId;
+use sluice_rocksdb::RocksDbStateBackend;
+use sluice_runtime::prelude::*;
+use sluice_runtime::process::{Context, KeyedProcessFunction};
+use sluice_runtime::storage::{
+    CheckpointMetadata, CheckpointStorage, CoordinatorStateHandle, LocalCheckpointStorage,
+    RestoreOutcome, RestoredCheckpoint, StateFileHandle, StorageError,
+};
+use std::collections::BTreeSet;
+use std::num::NonZeroUsize;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Local checkpoint storage that records every shared file written.
+#[derive(Debug)]
+struct Recording {
+    inner: LocalCheckpointStorage,
+    shared_writes: Mutex<Vec<String>>,
+}
+
+impl CheckpointStorage for Recording {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn initialize(&self) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
+        self.inner.initialize()
+    }
+    fn write_state(
+        &self,
+        id: CheckpointId,
+        node: sluice_core::NodeId,
+        subtask: usize,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<StateFileHandle, StorageError>> {
+        self.inner.write_state(id, node, subtask, payload)
+    }
+    fn write_coordinator_state(
+        &self,
+        id: CheckpointId,
+        node: sluice_core::NodeId,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'_, Result<CoordinatorStateHandle, StorageError>> {
+        self.inner.write_coordinator_state(id, node, payload)
+    }
+    fn complete(
+        &self,
+        metadata: CheckpointMetadata,
+    ) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
+        self.inner.complete(metadata)
+    }
+    fn discard(&self, id: CheckpointId) -> BoxFuture<'_, Result<(), StorageError>> {
+        self.inner.discard(id)
+    }
+    fn completed(&self) -> BoxFuture<'_, Result<Vec<CheckpointId>, StorageError>> {
+        self.inner.completed()
+    }
+    fn latest_valid<'a>(
+        &'a self,
+        job_fingerprint: &'a str,
+    ) -> BoxFuture<'a, Result<RestoreOutcome, StorageError>> {
+        self.inner.latest_valid(job_fingerprint)
+    }
+    fn load<'a>(
+        &'a self,
+        id: CheckpointId,
+        job_fingerprint: &'a str,
+    ) -> BoxFuture<'a, Result<RestoredCheckpoint, StorageError>> {
+        self.inner.load(id, job_fingerprint)
+    }
+    fn write_shared<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        self.shared_writes.lock().unwrap().push(key.to_string());
+        self.inner.write_shared(key, path)
+    }
+    fn fetch_shared<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        self.inner.fetch_shared(key, path)
+    }
+}
+
+/// Keeps a 200-byte value per key, rewritten by every record of the key.
+#[derive(Clone)]
+struct Keep;
+
+impl KeyedProcessFunction<u64, u64> for Keep {
+    type Out = ();
+    type State = Vec<u8>;
+    fn process_element(
+        &mut self,
+        i: u64,
+        ctx: &mut Context<'_, u64, Vec<u8>, ()>,
+    ) -> Result<(), UserError> {
+        *ctx.state() = vec![(i % 251) as u8; 200];
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_upload_each_table_file_once_and_retention_removes_what_none_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let storage = Arc::new(Recording {
+        inner: LocalCheckpointStorage::new(dir.path().join("chk"), NonZeroUsize::new(2).unwrap()),
+        shared_writes: Mutex::new(Vec::new()),
+    });
+    let env = StreamEnvironment::new();
+    env.set_parallelism(1);
+    // Checkpoints only when asked, so that each one follows a known amount of new data.
+    env.enable_checkpointing(Duration::from_secs(3600));
+    env.set_checkpoint_storage_backend(storage.clone());
+    env.set_state_backend(
+        RocksDbStateBackend::new(state.path())
+            .memory_budget(8 << 20)
+            .incremental(true),
+    );
+    // 40,000 keys written once in the first stretch, then a few hot keys again and again.
+    env.from_generator(
+        Generator::new(|i: u64| if i < 40_000 { i } else { i % 100 }).rate_limit(200_000.0),
+    )
+    .key_by(|k: &u64| *k)
+    .process_keyed(Keep)
+    .discard();
+    let job = env.submit("incremental").unwrap();
+
+    let mut referenced: Vec<BTreeSet<String>> = Vec::new();
+    let mut written_before = 0;
+    let mut uploads_per_checkpoint = Vec::new();
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let pending = job.trigger_checkpoint().await.unwrap();
+        let id = pending.id();
+        assert_eq!(pending.completed().await, Ok(id));
+        referenced.push(metadata(&storage, id).shared_files.into_iter().collect());
+        let written = storage.shared_writes.lock().unwrap().len();
+        uploads_per_checkpoint.push(written - written_before);
+        written_before = written;
+    }
+    job.cancel();
+    let _ = job.await;
+
+    let sizes: Vec<usize> = referenced.iter().map(BTreeSet::len).collect();
+    println!(
+        "table files uploaded per checkpoint {uploads_per_checkpoint:?}, referenced {sizes:?}"
+    );
+    let writes = storage.shared_writes.lock().unwrap().clone();
+    let unique: BTreeSet<&String> = writes.iter().collect();
+    assert_eq!(
+        unique.len(),
+        writes.len(),
+        "a table file uploaded twice: {writes:?}"
+    );
+    let references: usize = referenced.iter().map(BTreeSet::len).sum();
+    assert!(
+        references > writes.len(),
+        "later checkpoints refer to files uploaded before: {references} references, {} uploads \
+         ({uploads_per_checkpoint:?})",
+        writes.len()
+    );
+    // Only the last two checkpoints are retained: the shared area holds exactly their files.
+    let on_disk: BTreeSet<String> = std::fs::read_dir(dir.path().join("chk/shared"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let needed: BTreeSet<String> = referenced[referenced.len() - 2..]
+        .iter()
+        .flatten()
+        .cloned()
+        .collect();
+    assert_eq!(
+        on_disk, needed,
+        "shared files beyond what the retained checkpoints list"
+    );
+}
+
+/// The metadata of checkpoint `id`, read from its file (after the 20-byte frame header).
+fn metadata(storage: &Recording, id: CheckpointId) -> CheckpointMetadata {
+    let path = Path::new(&storage.location()).join(format!("chk-{}/_metadata", id.0));
+    let bytes = std::fs::read(path).unwrap();
+    sluice_core::codec::decode(&bytes[20..]).unwrap()
+}
