@@ -89,6 +89,15 @@ enum Command {
     /// `SLUICE_*` environment).
     #[command(hide = true)]
     ClusterNode(scenarios::cluster::NodeArgs),
+    /// State larger than memory: keyed state on the heap and in RocksDB (incremental
+    /// checkpoints), a fresh process per case: throughput against the heap on state that fits,
+    /// peak RSS against the budget on state 10x larger, the second checkpoint's bytes after 1 %
+    /// of the keys changed and its duration at twice the state, and the restore time.
+    LargeState(scenarios::large_state::Args),
+    /// Internal: one `large-state` case in a fresh process, printing its figures as one JSON
+    /// line.
+    #[command(hide = true)]
+    LargeStateProbe(scenarios::large_state::ProbeArgs),
     /// Internal: one pipeline job in a fresh process, printing its peak memory (used by
     /// `pipeline` to show that memory does not grow with the record count).
     #[command(hide = true)]
@@ -123,5 +132,7 @@ fn main() -> anyhow::Result<()> {
         Command::Cluster(args) => scenarios::cluster::run(&args),
         Command::ClusterNode(args) => scenarios::cluster::node(&args),
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),
+        Command::LargeState(args) => scenarios::large_state::run(&args),
+        Command::LargeStateProbe(args) => scenarios::large_state::probe(&args),
     }
 }

@@ -9,6 +9,7 @@ pub mod e2e;
 pub mod failover;
 pub mod iceberg;
 pub mod kafka;
+pub mod large_state;
 pub mod lookup;
 pub mod nexmark;
 pub mod pipeline;

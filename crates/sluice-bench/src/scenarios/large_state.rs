@@ -1,0 +1,415 @@
+//! Scenario `large-state`: keyed state on the heap and in RocksDB (`sluice-rocksdb`, incremental
+//! checkpoints), each case in a fresh process so that its peak memory is its own:
+//!
+//! - `fits`: state that fits in memory (a budget of 256 MiB): the records/s of writing every
+//!   key once and then updating random keys, RocksDB against the heap (goal ≥ 0.5);
+//! - `large` and `large-x2`: state about 10× (and 20×) the budget: peak RSS against the budget;
+//!   after a first checkpoint, 1 % of the keys are updated and a second checkpoint taken: the
+//!   bytes it wrote against the whole state (goal ≤ 5 %), and its duration at twice the state
+//!   (goal ≤ 1.2×); and the time a new process takes to restore the state from the local
+//!   checkpoint directory.
+//!
+//! The job: a generator → `key_by` → a `KeyedProcessFunction` whose state per key is a value of
+//! `--value-bytes` bytes (100 by default). Record `i < keys` writes key `i`; later records
+//! update pseudo-random keys.
+
+use super::CommonArgs;
+use crate::measure::{machine, peak_rss_kib};
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+use sluice::prelude::*;
+use sluice::process::{Context, KeyedProcessFunction};
+use sluice_rocksdb::RocksDbStateBackend;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+const MIB: u64 = 1 << 20;
+
+/// Flags of `large-state`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Bytes of each key's value.
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+}
+
+/// Flags of the hidden `large-state-probe`: one case in this process.
+#[derive(clap::Args, Debug)]
+pub struct ProbeArgs {
+    /// `heap` or `rocksdb`.
+    #[arg(long)]
+    backend: String,
+    /// Keys written once, then updated.
+    #[arg(long)]
+    keys: u64,
+    /// Random updates after the load.
+    #[arg(long)]
+    updates: u64,
+    /// Bytes per value.
+    #[arg(long)]
+    value_bytes: usize,
+    /// RocksDB's memory budget, MiB.
+    #[arg(long)]
+    budget_mib: u64,
+    /// Take a checkpoint after the load and another after the updates, then restore.
+    #[arg(long)]
+    checkpoints: bool,
+    /// Where the state and checkpoints go.
+    #[arg(long)]
+    dir: PathBuf,
+}
+
+/// What one probe reports, as one JSON line.
+#[derive(Debug, Serialize, Deserialize)]
+struct Probe {
+    load_per_s: f64,
+    update_per_s: f64,
+    peak_rss_mib: f64,
+    /// Bytes of the state: the table files the second checkpoint refers to.
+    state_bytes: u64,
+    /// Bytes the second checkpoint wrote (new shared files and state files).
+    second_checkpoint_bytes: u64,
+    first_checkpoint_ms: f64,
+    second_checkpoint_ms: f64,
+    restore_ms: f64,
+}
+
+/// Keeps a value of `bytes` bytes per key; counts what it processed and signals marks.
+#[derive(Clone)]
+struct Keep {
+    bytes: usize,
+    seen: Arc<AtomicU64>,
+    mark: Arc<AtomicU64>,
+    reached: Arc<Notify>,
+}
+
+impl KeyedProcessFunction<u64, u64> for Keep {
+    type Out = ();
+    type State = Vec<u8>;
+    fn process_element(
+        &mut self,
+        i: u64,
+        ctx: &mut Context<'_, u64, Vec<u8>, ()>,
+    ) -> Result<(), UserError> {
+        let v = ctx.state();
+        v.clear();
+        v.resize(self.bytes, (i % 251) as u8);
+        let n = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == self.mark.load(Ordering::Relaxed) {
+            self.reached.notify_one();
+        }
+        Ok(())
+    }
+}
+
+/// Record `i`'s key: `i` for the load, then a scrambled key.
+fn key_of(i: u64, keys: u64) -> u64 {
+    if i < keys {
+        i
+    } else {
+        i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) % keys
+    }
+}
+
+fn backend(args: &ProbeArgs) -> anyhow::Result<Option<RocksDbStateBackend>> {
+    match args.backend.as_str() {
+        "heap" => Ok(None),
+        "rocksdb" => Ok(Some(
+            RocksDbStateBackend::new(args.dir.join("state"))
+                .memory_budget((args.budget_mib * MIB) as usize)
+                .incremental(true),
+        )),
+        other => bail!("--backend {other:?}: expected heap or rocksdb"),
+    }
+}
+
+/// The body of the probe process.
+pub fn probe(args: &ProbeArgs) -> anyhow::Result<()> {
+    let rt = crate::measure::runtime()?;
+    let probe = rt.block_on(run_case(args))?;
+    println!("{}", serde_json::to_string(&probe)?);
+    Ok(())
+}
+
+async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
+    let keys = args.keys;
+    let checkpoints = args.dir.join("checkpoints");
+    let seen = Arc::new(AtomicU64::new(0));
+    let mark = Arc::new(AtomicU64::new(keys));
+    let reached = Arc::new(Notify::new());
+    let env = StreamEnvironment::new();
+    env.set_parallelism(1);
+    env.set_checkpoint_settings(
+        CheckpointSettings::every(Duration::from_secs(3600)).with_retained(2),
+    );
+    env.set_checkpoint_storage(&checkpoints);
+    if let Some(b) = backend(args)? {
+        env.set_state_backend(b);
+    }
+    let f = Keep {
+        bytes: args.value_bytes,
+        seen: seen.clone(),
+        mark: mark.clone(),
+        reached: reached.clone(),
+    };
+    env.from_generator(Generator::new(move |i| key_of(i, keys)))
+        .key_by(|k: &u64| *k)
+        .process_keyed(f)
+        .discard();
+    let job = env.submit("large-state")?;
+    let start = Instant::now();
+    reached.notified().await;
+    let load = start.elapsed();
+
+    let mut probe = Probe {
+        load_per_s: keys as f64 / load.as_secs_f64(),
+        update_per_s: 0.0,
+        peak_rss_mib: 0.0,
+        state_bytes: 0,
+        second_checkpoint_bytes: 0,
+        first_checkpoint_ms: 0.0,
+        second_checkpoint_ms: 0.0,
+        restore_ms: 0.0,
+    };
+    let mut first_id = None;
+    if args.checkpoints {
+        let t = Instant::now();
+        let pending = job.trigger_checkpoint().await?;
+        let id = pending.id();
+        pending
+            .completed()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        probe.first_checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
+        first_id = Some(id);
+    }
+    let start = Instant::now();
+    mark.store(
+        seen.load(Ordering::Relaxed) + args.updates,
+        Ordering::Relaxed,
+    );
+    reached.notified().await;
+    probe.update_per_s = args.updates as f64 / start.elapsed().as_secs_f64();
+    if let Some(first) = first_id {
+        let t = Instant::now();
+        let pending = job.trigger_checkpoint().await?;
+        let second = pending.id();
+        pending
+            .completed()
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        probe.second_checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
+        let (state, written) = checkpoint_bytes(&checkpoints, first, second)?;
+        probe.state_bytes = state;
+        probe.second_checkpoint_bytes = written;
+    }
+    job.cancel();
+    let _ = job.await;
+    probe.peak_rss_mib = peak_rss_kib()? as f64 / 1024.0;
+
+    if args.checkpoints {
+        // A new job restores the state and ends at once (its generator's position is past the
+        // bound): its run time is the restore.
+        let env = StreamEnvironment::new();
+        env.set_parallelism(1);
+        env.set_checkpoint_settings(CheckpointSettings::every(Duration::from_secs(3600)));
+        env.set_checkpoint_storage(args.dir.join("restored-checkpoints"));
+        env.restore_from(&checkpoints);
+        if let Some(b) = backend(args)? {
+            env.set_state_backend(b);
+        }
+        let f = Keep {
+            bytes: args.value_bytes,
+            seen: Arc::new(AtomicU64::new(0)),
+            mark: Arc::new(AtomicU64::new(u64::MAX)),
+            reached: Arc::new(Notify::new()),
+        };
+        env.from_generator(Generator::new(move |i| key_of(i, keys)).take(1))
+            .key_by(|k: &u64| *k)
+            .process_keyed(f)
+            .discard();
+        let t = Instant::now();
+        env.execute("large-state: restore").await?;
+        probe.restore_ms = t.elapsed().as_secs_f64() * 1e3;
+    }
+    Ok(probe)
+}
+
+/// The bytes of the state at checkpoint `second` (the table files it refers to) and the bytes
+/// it wrote: its state and metadata files and the shared files checkpoint `first` did not
+/// refer to.
+fn checkpoint_bytes(
+    dir: &Path,
+    first: sluice::core::CheckpointId,
+    second: sluice::core::CheckpointId,
+) -> anyhow::Result<(u64, u64)> {
+    let shared_of = |id: sluice::core::CheckpointId| -> anyhow::Result<Vec<String>> {
+        let bytes = std::fs::read(dir.join(format!("chk-{}/_metadata", id.0)))?;
+        // After the 20-byte frame header.
+        let meta: sluice_runtime::storage::CheckpointMetadata =
+            sluice::core::codec::decode(&bytes[20..]).context("decoding checkpoint metadata")?;
+        Ok(meta.shared_files)
+    };
+    let before: std::collections::BTreeSet<String> = shared_of(first)?.into_iter().collect();
+    let size = |p: PathBuf| std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+    let (mut state, mut written) = (0, 0);
+    for key in shared_of(second)? {
+        let len = size(dir.join("shared").join(&key));
+        state += len;
+        if !before.contains(&key) {
+            written += len;
+        }
+    }
+    for e in std::fs::read_dir(dir.join(format!("chk-{}", second.0)))? {
+        written += e?.metadata()?.len();
+    }
+    Ok((state, written))
+}
+
+/// Starts a probe process for one case.
+fn run_probe(args: &[String]) -> anyhow::Result<Probe> {
+    let exe = std::env::current_exe().context("locating the bench executable")?;
+    let output = Command::new(exe)
+        .arg("large-state-probe")
+        .args(args)
+        .output()
+        .context("starting the large-state probe")?;
+    if !output.status.success() {
+        bail!(
+            "the large-state probe {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().last().context("the probe printed nothing")?;
+    serde_json::from_str(line).with_context(|| format!("parsing the probe's line {line:?}"))
+}
+
+/// One case's probe arguments.
+fn case_args(
+    backend: &str,
+    keys: u64,
+    value_bytes: usize,
+    budget_mib: u64,
+    checkpoints: bool,
+    dir: &Path,
+) -> Vec<String> {
+    let mut a = vec![
+        "--backend".into(),
+        backend.into(),
+        "--keys".into(),
+        keys.to_string(),
+        "--updates".into(),
+        (keys / 100).max(1).to_string(),
+        "--value-bytes".into(),
+        value_bytes.to_string(),
+        "--budget-mib".into(),
+        budget_mib.to_string(),
+        "--dir".into(),
+        dir.display().to_string(),
+    ];
+    if checkpoints {
+        a.push("--checkpoints".into());
+    }
+    a
+}
+
+/// Runs the scenario.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let quick = args.common.quick;
+    let vb = args.value_bytes;
+    // Bytes per key in memory or on disk are about the value plus 20 bytes of key and overhead.
+    let per_key = vb as u64 + 20;
+    let (fits_budget, large_budget) = if quick { (256, 32) } else { (256, 256) };
+    let fits_keys = 1_000_000;
+    let large_keys = 10 * large_budget * MIB / per_key;
+    eprintln!(
+        "large-state on {}: {vb}-byte values; fits: {fits_keys} keys, budget {fits_budget} MiB; \
+         large: {large_keys} keys (~{} MiB), budget {large_budget} MiB",
+        machine(),
+        large_keys * per_key / MIB
+    );
+    let tmp = tempfile::tempdir()?;
+    let fresh = |name: &str| -> anyhow::Result<PathBuf> {
+        let d = tmp.path().join(name);
+        std::fs::create_dir_all(&d)?;
+        Ok(d)
+    };
+    let heap = run_probe(&case_args(
+        "heap",
+        fits_keys,
+        vb,
+        fits_budget,
+        false,
+        &fresh("heap")?,
+    ))?;
+    let rocks = run_probe(&case_args(
+        "rocksdb",
+        fits_keys,
+        vb,
+        fits_budget,
+        false,
+        &fresh("fits")?,
+    ))?;
+    let mut rows = vec![serde_json::json!({
+        "scenario": "large-state", "case": "fits", "keys": fits_keys, "budget_mib": fits_budget,
+        "heap_load_per_s": heap.load_per_s, "rocksdb_load_per_s": rocks.load_per_s,
+        "load_ratio": rocks.load_per_s / heap.load_per_s,
+        "heap_update_per_s": heap.update_per_s, "rocksdb_update_per_s": rocks.update_per_s,
+        "update_ratio": rocks.update_per_s / heap.update_per_s,
+        "heap_peak_rss_mib": heap.peak_rss_mib, "rocksdb_peak_rss_mib": rocks.peak_rss_mib,
+    })];
+    let mut large = Vec::new();
+    for (name, keys) in [("large", large_keys), ("large-x2", 2 * large_keys)] {
+        let p = run_probe(&case_args(
+            "rocksdb",
+            keys,
+            vb,
+            large_budget,
+            true,
+            &fresh(name)?,
+        ))?;
+        rows.push(serde_json::json!({
+            "scenario": "large-state", "case": name, "keys": keys, "budget_mib": large_budget,
+            "state_mib": p.state_bytes as f64 / MIB as f64,
+            "load_per_s": p.load_per_s, "update_per_s": p.update_per_s,
+            "peak_rss_mib": p.peak_rss_mib,
+            "rss_over_budget_mib": p.peak_rss_mib - large_budget as f64,
+            "first_checkpoint_ms": p.first_checkpoint_ms,
+            "second_checkpoint_ms": p.second_checkpoint_ms,
+            "second_checkpoint_mib": p.second_checkpoint_bytes as f64 / MIB as f64,
+            "second_checkpoint_share": p.second_checkpoint_bytes as f64 / p.state_bytes.max(1) as f64,
+            "restore_ms": p.restore_ms,
+        }));
+        large.push(p);
+    }
+    rows.push(serde_json::json!({
+        "scenario": "large-state", "case": "doubling",
+        "second_checkpoint_growth": large[1].second_checkpoint_ms / large[0].second_checkpoint_ms.max(1e-9),
+    }));
+    for r in &rows {
+        if args.common.json {
+            println!("{r}");
+        } else {
+            println!("{}", serde_json::to_string_pretty(r)?);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_loaded_in_order_then_updated_within_range() {
+        assert_eq!(key_of(5, 10), 5);
+        assert!((10..1_000).all(|i| key_of(i, 10) < 10));
+    }
+}
