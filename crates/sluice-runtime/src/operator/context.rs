@@ -8,6 +8,26 @@ use sluice_core::{AttemptNumber, NodeId, OperatorEvent, SubtaskIndex, UserError}
 use std::hash::Hash;
 use std::sync::Arc;
 
+/// Publishes a keyed store's [`StoreStats`](crate::state::StoreStats) as operator metrics:
+/// gauges `state_memory_bytes` and `state_disk_bytes`, counters `state_block_cache_hits`,
+/// `state_block_cache_misses` and `state_compactions`.
+struct StoreMetrics(std::sync::Weak<dyn KeyedStore>);
+
+impl crate::metrics::MetricSource for StoreMetrics {
+    fn report(&self, out: &mut crate::metrics::MetricsReport) {
+        let Some(store) = self.0.upgrade() else {
+            return;
+        };
+        let s = store.stats();
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        out.gauge("state_memory_bytes", gauge(s.memory_bytes));
+        out.gauge("state_disk_bytes", gauge(s.disk_bytes));
+        out.counter("state_block_cache_hits", s.cache_hits);
+        out.counter("state_block_cache_misses", s.cache_misses);
+        out.counter("state_compactions", s.compactions);
+    }
+}
+
 /// A subtask's keyed store and the bytes each state may cache in front of it.
 pub(crate) type StoreAndCache = (Arc<dyn KeyedStore>, usize);
 
@@ -156,6 +176,12 @@ impl OperatorContext {
             backend.open_restored(&scope, &files)?
         };
         *slot = Some(store.clone());
+        // The store's size, cache and compactions go out with the subtask's other metrics
+        // (dashboard, REST, Prometheus). A weak reference: the store goes with its operator.
+        i.metrics.register_source(
+            "keyed_store",
+            Arc::new(StoreMetrics(Arc::downgrade(&store))),
+        );
         Ok(Some((store, backend.cache_bytes())))
     }
 
@@ -305,5 +331,36 @@ impl OperatorContext {
             self.inner.parallelism,
             self.inner.attempt_number
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::MemoryStateBackend;
+
+    #[test]
+    fn a_keyed_store_publishes_its_size_with_the_subtask_metrics() {
+        let ctx = OperatorContext::for_test("count", 0, 1)
+            .with_state_backend(MemoryStateBackend::new(1 << 20));
+        let mut state: ValueState<u64, String> = ValueState::new("s");
+        state.update(1, "x".repeat(100));
+        ctx.attach_keyed_state(&mut state).unwrap();
+        let report = ctx.metrics().report();
+        assert!(report.gauges["state_memory_bytes"] >= 100, "{report:?}");
+        assert_eq!(report.counters["state_compactions"], 0);
+        // The source holds the store weakly: it reports nothing once the store is gone.
+        drop(state);
+        drop(ctx.inner.store.lock().unwrap().take());
+        assert!(!ctx.metrics().report().gauges.contains_key("state_memory_bytes"));
+    }
+
+    #[test]
+    fn a_heap_backend_opens_no_store() {
+        let ctx = OperatorContext::for_test("count", 0, 1);
+        let mut state: ValueState<u64, u64> = ValueState::new("s");
+        ctx.attach_keyed_state(&mut state).unwrap();
+        assert!(!state.is_attached());
+        assert!(ctx.metrics().report().gauges.is_empty());
     }
 }
