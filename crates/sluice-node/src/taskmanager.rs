@@ -29,8 +29,12 @@ struct Service {
 
 impl TaskManager for Service {
     async fn deploy(&self, d: DeployTask) -> Result<Ack, Status> {
-        let deployment: Deployment = sluice_core::codec::decode(&d.descriptor)
+        let mut deployment: Deployment = sluice_core::codec::decode(&d.descriptor)
             .map_err(|e| Status::invalid_argument(format!("undecodable deployment: {e}")))?;
+        self.worker
+            .fetch_restored(&mut deployment)
+            .await
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
         self.worker
             .deploy(deployment)
             .map_err(|e| Status::failed_precondition(e.to_string()))?;

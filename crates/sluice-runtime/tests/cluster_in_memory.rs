@@ -278,7 +278,7 @@ impl TaskManagerGateway for Gateway {
             }
         })
     }
-    fn deploy(&self, tm: &str, d: Deployment) -> BoxFuture<'_, Result<(), TransportError>> {
+    fn deploy(&self, tm: &str, mut d: Deployment) -> BoxFuture<'_, Result<(), TransportError>> {
         let tm = tm.to_string();
         Box::pin(async move {
             self.0
@@ -286,11 +286,13 @@ impl TaskManagerGateway for Gateway {
                 .lock()
                 .unwrap()
                 .push((tm.clone(), d.tasks.len()));
-            let deployed = self
-                .0
-                .worker(&tm)?
-                .deploy(d)
-                .map_err(|e| TransportError(e.to_string()));
+            // As sluice-node's task manager service does.
+            let worker = self.0.worker(&tm)?;
+            worker
+                .fetch_restored(&mut d)
+                .await
+                .map_err(|e| TransportError(e.to_string()))?;
+            let deployed = worker.deploy(d).map_err(|e| TransportError(e.to_string()));
             self.0.deployed.notify_waiters();
             deployed
         })

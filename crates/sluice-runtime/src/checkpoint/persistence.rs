@@ -412,6 +412,28 @@ async fn fetch_store_files(
     {
         return Ok(cp);
     }
+    let mut operators = (*cp.operators).clone();
+    // Plain loops: closures here keep the job's future from proving `Send`
+    // (rust-lang/rust#64552).
+    let mut states = Vec::new();
+    for (node, subtasks) in operators.iter_mut() {
+        for s in subtasks.iter_mut() {
+            states.push((*node, s));
+        }
+    }
+    fetch_handles(storage, cp.id, states).await?;
+    cp.operators = Arc::new(operators);
+    Ok(cp)
+}
+
+/// Fetches the files of every keyed store handle of `states` (of checkpoint `id`) that has no
+/// local directory yet into a new one; a task manager does this for the states the job master
+/// sent it.
+pub(crate) async fn fetch_handles(
+    storage: &dyn CheckpointStorage,
+    id: CheckpointId,
+    states: Vec<(NodeId, &mut OperatorState)>,
+) -> Result<(), JobError> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -419,45 +441,42 @@ async fn fetch_store_files(
     let prefix = format!(
         "sluice-restore-p{}-{nanos:x}-chk{}",
         std::process::id(),
-        cp.id.0
+        id.0
     );
     let failed = |what: String| {
         JobError::InvalidJob(format!(
-            "cannot restore checkpoint {} from {}: {what}",
-            cp.id,
+            "cannot restore checkpoint {id} from {}: {what}",
             storage.location()
         ))
     };
-    let mut operators = (*cp.operators).clone();
     let mut n = 0usize;
-    for (node, states) in operators.iter_mut() {
-        for state in states.iter_mut() {
-            for h in state.store_handles_mut() {
-                let dir = std::env::temp_dir().join(format!("{prefix}-n{}-{n}", node.0));
-                n += 1;
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| failed(format!("creating {}: {e}", dir.display())))?;
-                for f in &h.shared {
-                    storage
-                        .fetch_shared(&f.key, &dir.join(&f.name))
-                        .await
-                        .map_err(|e| failed(e.to_string()))?;
-                }
-                for (name, bytes) in &h.private {
-                    std::fs::write(dir.join(name), bytes).map_err(|e| {
-                        failed(format!("writing {}: {e}", dir.join(name).display()))
-                    })?;
-                }
-                for f in h.shared.iter_mut() {
-                    f.uploaded = true;
-                }
-                h.local = Some(dir);
-                h.fetched = true;
+    for (node, state) in states {
+        for h in state.store_handles_mut() {
+            if h.local.is_some() {
+                continue;
             }
+            let dir = std::env::temp_dir().join(format!("{prefix}-n{}-{n}", node.0));
+            n += 1;
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| failed(format!("creating {}: {e}", dir.display())))?;
+            for f in &h.shared {
+                storage
+                    .fetch_shared(&f.key, &dir.join(&f.name))
+                    .await
+                    .map_err(|e| failed(e.to_string()))?;
+            }
+            for (name, bytes) in &h.private {
+                std::fs::write(dir.join(name), bytes)
+                    .map_err(|e| failed(format!("writing {}: {e}", dir.join(name).display())))?;
+            }
+            for f in h.shared.iter_mut() {
+                f.uploaded = true;
+            }
+            h.local = Some(dir);
+            h.fetched = true;
         }
     }
-    cp.operators = Arc::new(operators);
-    Ok(cp)
+    Ok(())
 }
 
 /// The default checkpoint directory of a job: `./sluice-checkpoints/<job name>`.

@@ -134,6 +134,19 @@ impl Worker {
         lock(&self.running).len()
     }
 
+    /// Fetches, from the job's checkpoint storage, the files of the keyed stores (incremental
+    /// checkpoints) that the restored states of `d` refer to, before [`deploy`](Self::deploy).
+    pub async fn fetch_restored(&self, d: &mut WireDeployment) -> Result<(), JobError> {
+        let (Some(storage), Some(id)) = (&self.job.storage, d.restored_from) else {
+            return Ok(());
+        };
+        let mut states = Vec::new();
+        for (node, _, s) in d.states.iter_mut() {
+            states.push((*node, s));
+        }
+        crate::checkpoint::persistence::fetch_handles(storage.as_ref(), id, states).await
+    }
+
     /// Deploys this task manager's part of `d` and starts its tasks.
     pub fn deploy(self: &Arc<Self>, d: WireDeployment) -> Result<(), JobError> {
         let job = &self.job;

@@ -352,7 +352,12 @@ mod tests {
         // The source holds the store weakly: it reports nothing once the store is gone.
         drop(state);
         drop(ctx.inner.store.lock().unwrap().take());
-        assert!(!ctx.metrics().report().gauges.contains_key("state_memory_bytes"));
+        assert!(
+            !ctx.metrics()
+                .report()
+                .gauges
+                .contains_key("state_memory_bytes")
+        );
     }
 
     #[test]
