@@ -89,7 +89,7 @@ impl RocksDbStateBackend {
     }
 
     /// Overrides the bytes of decoded values each state caches in front of its store (by
-    /// default a sixteenth of the budget; at least 16 values are kept whatever the bytes).
+    /// default a quarter of the budget; at least 16 values are kept whatever the bytes).
     /// Small values make every access a store read, which tests use.
     pub fn value_cache_bytes(mut self, bytes: usize) -> Self {
         self.split.value_cache = bytes;

@@ -4,14 +4,16 @@
 //!
 //! Rules (for a budget `B`, shared by every store of one backend in one process):
 //! - the block cache, shared by all stores and holding data, index and filter blocks, gets
-//!   `B / 2`;
+//!   `B / 4`;
 //! - each store's write buffers (memtables) get `B / 8`: two of `B / 16`, each between 1 MiB and
 //!   64 MiB;
-//! - each state's cache of decoded values gets `B / 16`, at least 64 KiB.
+//! - each state's cache of decoded values gets `B / 4`, at least 64 KiB: a hit there costs what
+//!   a heap access costs, a block cache hit a RocksDB read and a decode, so the decoded values
+//!   get the larger share.
 //!
 //! So two keyed operator subtasks with one state each use at most
-//! `B/2 + 2 × (B/8 + B/16) = 7B/8`; more subtasks per process need a larger budget (the
-//! [guide](crate) says how to size it).
+//! `B/4 + 2 × (B/8 + B/4) = B`; more subtasks or states per process need a larger budget (the
+//! guide, `docs/state-backends.md`, says how to size it).
 
 /// The parts of a memory budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,10 +33,10 @@ const MIB: usize = 1 << 20;
 /// Splits `budget` bytes by the rules above.
 pub(crate) fn split(budget: usize) -> Split {
     Split {
-        block_cache: budget / 2,
+        block_cache: budget / 4,
         write_buffer: (budget / 16).clamp(MIB, 64 * MIB),
         write_buffers: 2,
-        value_cache: (budget / 16).max(64 << 10),
+        value_cache: (budget / 4).max(64 << 10),
     }
 }
 
@@ -45,9 +47,9 @@ mod tests {
     #[test]
     fn a_256_mib_budget() {
         let s = split(256 * MIB);
-        assert_eq!(s.block_cache, 128 * MIB);
+        assert_eq!(s.block_cache, 64 * MIB);
         assert_eq!(s.write_buffer, 16 * MIB);
-        assert_eq!(s.value_cache, 16 * MIB);
+        assert_eq!(s.value_cache, 64 * MIB);
         // two subtasks: block cache + 2 × (write buffers + value cache) stays within the budget
         let two = s.block_cache + 2 * (2 * s.write_buffer + s.value_cache);
         assert!(two <= 256 * MIB, "{two}");

@@ -1,8 +1,9 @@
 //! Scenario `large-state`: keyed state on the heap and in RocksDB (`sluice-rocksdb`, incremental
 //! checkpoints), each case in a fresh process so that its peak memory is its own:
 //!
-//! - `fits`: state that fits in memory (a budget of 256 MiB): the records/s of writing every
-//!   key once and then updating random keys, RocksDB against the heap (goal ≥ 0.5);
+//! - `fits`: state that fits in memory (1M keys, about 120 MB, with a budget of 1 GiB, whose
+//!   quarter for decoded values holds them all): the records/s of writing every key once and
+//!   then updating random keys, RocksDB against the heap (goal ≥ 0.5);
 //! - `large` and `large-x2`: state about 10× (and 20×) the budget: peak RSS against the budget;
 //!   after a first checkpoint, 1 % of the keys are updated and a second checkpoint taken: the
 //!   bytes it wrote against the whole state (goal ≤ 5 %), and its duration at twice the state
@@ -325,7 +326,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let vb = args.value_bytes;
     // Bytes per key in memory or on disk are about the value plus 20 bytes of key and overhead.
     let per_key = vb as u64 + 20;
-    let (fits_budget, large_budget) = if quick { (256, 32) } else { (256, 256) };
+    let (fits_budget, large_budget) = if quick { (1024, 32) } else { (1024, 256) };
     let fits_keys = 1_000_000;
     let large_keys = 10 * large_budget * MIB / per_key;
     eprintln!(

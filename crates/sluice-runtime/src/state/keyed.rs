@@ -79,6 +79,8 @@ impl<K: Clone, V: Clone> Clone for ValueState<K, V> {
 struct Slot<V> {
     value: Option<V>,
     dirty: bool,
+    /// Read or written since the last eviction (CLOCK's reference bit).
+    used: bool,
 }
 
 /// A state in front of a store: the cache of decoded values and what it needs to reach the
@@ -110,12 +112,14 @@ where
     }
 
     /// Makes sure `key` is in the cache (loading it, writing back first if the cache is full).
-    fn ensure(&mut self, name: &str, key: &K) {
+    /// Returns whether it was there: only a use after the one that loaded it marks an entry
+    /// used, so that keys read once are the first to go.
+    fn ensure(&mut self, name: &str, key: &K) -> bool {
         if self.cache.contains_key(key) {
-            return;
+            return true;
         }
         if self.cache.len() >= self.cap
-            && let Err(e) = self.write_back(name, true)
+            && let Err(e) = self.evict(name)
         {
             self.keep(e);
         }
@@ -131,8 +135,10 @@ where
             Slot {
                 value,
                 dirty: false,
+                used: false,
             },
         );
+        false
     }
 
     fn read(&self, name: &str, key: &K) -> Result<Option<V>, StoreError> {
@@ -146,8 +152,30 @@ where
         }
     }
 
-    /// Writes every dirty entry to the store in one batch; with `evict`, empties the cache and
-    /// sizes the next one from what this batch measured.
+    /// Makes room (CLOCK): writes every dirty entry back, drops the entries not used since the
+    /// last eviction and clears the others' bits; if that leaves the cache more than half
+    /// full, drops arbitrary entries down to half. The capacity is re-sized from the sizes the
+    /// write-back measured.
+    fn evict(&mut self, name: &str) -> Result<(), StoreError> {
+        self.write_back(name, false)?;
+        self.cache
+            .retain(|_, slot| std::mem::replace(&mut slot.used, false));
+        let half = self.cap / 2;
+        if self.cache.len() > half {
+            let mut excess = self.cache.len() - half;
+            self.cache.retain(|_, _| {
+                if excess == 0 {
+                    return true;
+                }
+                excess -= 1;
+                false
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes every dirty entry to the store in one batch; with `evict`, empties the cache.
+    /// Either way, sizes the capacity from what this batch measured.
     fn write_back(&mut self, name: &str, evict: bool) -> Result<(), StoreError> {
         let mut batch: Vec<StoreWrite> = Vec::new();
         let mut bytes = 0usize;
@@ -168,10 +196,10 @@ where
         if n > 0 {
             self.store.write(batch)?;
         }
+        if let Some(per_entry) = bytes.checked_div(n) {
+            self.cap = (self.cache_bytes / (per_entry + ENTRY_OVERHEAD)).max(MIN_CACHED);
+        }
         if evict {
-            if let Some(per_entry) = bytes.checked_div(n) {
-                self.cap = (self.cache_bytes / (per_entry + ENTRY_OVERHEAD)).max(MIN_CACHED);
-            }
             self.cache.clear();
         }
         Ok(())
@@ -289,8 +317,10 @@ where
         match &mut self.tier {
             Tier::Heap(m) => m.get(key),
             Tier::Store(s) => {
-                s.ensure(&self.name, key);
-                s.cache.get(key).and_then(|slot| slot.value.as_ref())
+                let hit = s.ensure(&self.name, key);
+                let slot = s.cache.get_mut(key)?;
+                slot.used |= hit;
+                slot.value.as_ref()
             }
         }
     }
@@ -300,8 +330,9 @@ where
         match &mut self.tier {
             Tier::Heap(m) => m.get_mut(key),
             Tier::Store(s) => {
-                s.ensure(&self.name, key);
+                let hit = s.ensure(&self.name, key);
                 let slot = s.cache.get_mut(key)?;
+                slot.used |= hit;
                 if slot.value.is_some() {
                     slot.dirty = true;
                 }
@@ -318,12 +349,14 @@ where
         match &mut self.tier {
             Tier::Heap(m) => m.entry(key).or_default(),
             Tier::Store(s) => {
-                s.ensure(&self.name, &key);
+                let hit = s.ensure(&self.name, &key);
                 let slot = s.cache.entry(key).or_insert(Slot {
                     value: None,
                     dirty: false,
+                    used: false,
                 });
                 slot.dirty = true;
+                slot.used |= hit;
                 slot.value.get_or_insert_with(V::default)
             }
         }
@@ -334,12 +367,14 @@ where
         match &mut self.tier {
             Tier::Heap(m) => m.insert(key, value),
             Tier::Store(s) => {
-                s.ensure(&self.name, &key);
+                let hit = s.ensure(&self.name, &key);
                 let slot = s.cache.entry(key).or_insert(Slot {
                     value: None,
                     dirty: false,
+                    used: false,
                 });
                 slot.dirty = true;
+                slot.used |= hit;
                 slot.value.replace(value)
             }
         }
@@ -350,8 +385,9 @@ where
         match &mut self.tier {
             Tier::Heap(m) => m.remove(key),
             Tier::Store(s) => {
-                s.ensure(&self.name, key);
+                let hit = s.ensure(&self.name, key);
                 let slot = s.cache.get_mut(key)?;
+                slot.used |= hit;
                 let old = slot.value.take();
                 if old.is_some() {
                     slot.dirty = true;
@@ -915,5 +951,44 @@ mod tests {
         assert!(e.to_string().contains("disk on fire"), "{e}");
         assert!(e.to_string().contains("count (subtask 0)"), "{e}");
         assert!(st.take_error().is_none(), "taken once");
+    }
+
+    /// A memory store that counts its reads.
+    #[derive(Debug)]
+    struct CountingReads(Arc<dyn KeyedStore>, std::sync::atomic::AtomicU64);
+
+    impl KeyedStore for CountingReads {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.0.get(key)
+        }
+        fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
+            self.0.write(batch)
+        }
+        fn scan(
+            &self,
+            start: &[u8],
+            end: &[u8],
+            f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+        ) -> Result<(), StoreError> {
+            self.0.scan(start, end, f)
+        }
+    }
+
+    #[test]
+    fn a_key_used_between_evictions_stays_cached() {
+        let store = Arc::new(CountingReads(memory_store(), Default::default()));
+        let mut st: ValueState<u32, u32> = ValueState::new("s");
+        st.attach(store.clone(), 16, 0, "test").unwrap();
+        *st.get_or_default(0) += 1;
+        // A hot key between every cold one: the cache (16 entries) fills and is evicted again
+        // and again, but the hot key is used each time and so never dropped.
+        for cold in 1..1_000 {
+            *st.get_or_default(cold) += 1;
+            *st.get_or_default(0) += 1;
+        }
+        let reads = store.1.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(reads, 1_000, "one read per key, the hot one read once");
+        assert_eq!(st.get(&0), Some(&1_000));
     }
 }
