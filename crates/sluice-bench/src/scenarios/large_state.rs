@@ -302,7 +302,11 @@ fn case_args(
 ) -> Vec<String> {
     // With checkpoints, 1 % of the keys change between the two; without (the fits case), three
     // updates per key, so that the measure is of a warm cache rather than of first reads.
-    let updates = if checkpoints { (keys / 100).max(1) } else { 3 * keys };
+    let updates = if checkpoints {
+        (keys / 100).max(1)
+    } else {
+        3 * keys
+    };
     let mut a = vec![
         "--backend".into(),
         backend.into(),
