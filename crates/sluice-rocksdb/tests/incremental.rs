@@ -14,8 +14,10 @@ use sluice_runtime::storage::{
 use std::collections::BTreeSet;
 use std::num::NonZeroUsize;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// Local checkpoint storage that records every shared file written.
 #[derive(Debug)]
@@ -90,9 +92,14 @@ impl CheckpointStorage for Recording {
     }
 }
 
-/// Keeps a 200-byte value per key, rewritten by every record of the key.
+/// Keeps a 200-byte value per key, rewritten by every record of the key; counts the records
+/// and signals when the count reaches `mark`.
 #[derive(Clone)]
-struct Keep;
+struct Keep {
+    seen: Arc<AtomicU64>,
+    mark: Arc<AtomicU64>,
+    reached: Arc<Notify>,
+}
 
 impl KeyedProcessFunction<u64, u64> for Keep {
     type Out = ();
@@ -103,6 +110,10 @@ impl KeyedProcessFunction<u64, u64> for Keep {
         ctx: &mut Context<'_, u64, Vec<u8>, ()>,
     ) -> Result<(), UserError> {
         *ctx.state() = vec![(i % 251) as u8; 200];
+        let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == self.mark.load(Ordering::SeqCst) {
+            self.reached.notify_one();
+        }
         Ok(())
     }
 }
@@ -125,12 +136,17 @@ async fn checkpoints_upload_each_table_file_once_and_retention_removes_what_none
             .memory_budget(8 << 20)
             .incremental(true),
     );
+    let keep = Keep {
+        seen: Arc::new(AtomicU64::new(0)),
+        mark: Arc::new(AtomicU64::new(u64::MAX)),
+        reached: Arc::new(Notify::new()),
+    };
     // 40,000 keys written once in the first stretch, then a few hot keys again and again.
     env.from_generator(
         Generator::new(|i: u64| if i < 40_000 { i } else { i % 100 }).rate_limit(200_000.0),
     )
     .key_by(|k: &u64| *k)
-    .process_keyed(Keep)
+    .process_keyed(keep.clone())
     .discard();
     let job = env.submit("incremental").unwrap();
 
@@ -138,7 +154,10 @@ async fn checkpoints_upload_each_table_file_once_and_retention_removes_what_none
     let mut written_before = 0;
     let mut uploads_per_checkpoint = Vec::new();
     for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        // 20,000 more records before each checkpoint.
+        let seen = keep.seen.load(Ordering::SeqCst);
+        keep.mark.store(seen + 20_000, Ordering::SeqCst);
+        keep.reached.notified().await;
         let pending = job.trigger_checkpoint().await.unwrap();
         let id = pending.id();
         assert_eq!(pending.completed().await, Ok(id));

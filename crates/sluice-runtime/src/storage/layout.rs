@@ -201,18 +201,7 @@ impl<B: BlobStore> BlobCheckpointStorage<B> {
                 });
             }
         }
-        if !metadata.shared_files.is_empty() {
-            let present: BTreeSet<String> =
-                self.blobs.list(SHARED_DIR).await?.into_iter().collect();
-            for name in &metadata.shared_files {
-                let key = join_key(SHARED_DIR, name);
-                if !present.contains(&key) {
-                    return Err(StorageError::Missing {
-                        path: self.blobs.path_of(&key),
-                    });
-                }
-            }
-        }
+        self.check_shared_present(&metadata.shared_files).await?;
         let bytes = codec::encode(&metadata)?;
         let key = join_key(&dir, METADATA_FILE);
         self.blobs
@@ -256,6 +245,24 @@ impl<B: BlobStore> BlobCheckpointStorage<B> {
             self.delete_unreferenced(released, &kept).await;
         }
         removed
+    }
+
+    /// Fails with [`StorageError::Missing`], naming the first, when one of the shared files
+    /// `names` is not in the store.
+    async fn check_shared_present(&self, names: &[String]) -> Result<(), StorageError> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let present: BTreeSet<String> = self.blobs.list(SHARED_DIR).await?.into_iter().collect();
+        for name in names {
+            let key = join_key(SHARED_DIR, name);
+            if !present.contains(&key) {
+                return Err(StorageError::Missing {
+                    path: self.blobs.path_of(&key),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The shared files checkpoint `id`'s metadata lists (`None` when it cannot be read).
@@ -316,18 +323,7 @@ impl<B: BlobStore> BlobCheckpointStorage<B> {
         let metadata = decode_metadata(&meta_path, &bytes, expected, fingerprint)?;
         // A shared file that is gone makes the checkpoint unusable, named like a missing state
         // file (and the restore falls back to an older checkpoint).
-        if !metadata.shared_files.is_empty() {
-            let present: BTreeSet<String> =
-                self.blobs.list(SHARED_DIR).await?.into_iter().collect();
-            for name in &metadata.shared_files {
-                let key = join_key(SHARED_DIR, name);
-                if !present.contains(&key) {
-                    return Err(StorageError::Missing {
-                        path: self.blobs.path_of(&key),
-                    });
-                }
-            }
-        }
+        self.check_shared_present(&metadata.shared_files).await?;
         // The state files, fetched side by side, then checked against the metadata in order.
         // (Loops rather than closures over the metadata: a closure over a borrowed handle here
         // keeps the boxed future from proving `Send`, rust-lang/rust#64552.)
