@@ -5,10 +5,10 @@
 //!   quarter for decoded values holds them all): the records/s of writing every key once and
 //!   then of three random updates per key, RocksDB against the heap (goal ≥ 0.5);
 //! - `large` and `large-x2`: state about 10× (and 20×) the budget: peak RSS against the budget;
-//!   after a first checkpoint, 1 % of the keys are updated and a second checkpoint taken: the
-//!   bytes it wrote against the whole state (goal ≤ 5 %), and its duration at twice the state
-//!   (goal ≤ 1.2×); and the time a new process takes to restore the state from the local
-//!   checkpoint directory.
+//!   after a first checkpoint, four intervals each update as many keys as 1 % of `large` holds
+//!   and end in a checkpoint: the bytes each wrote against the whole state (goal ≤ 5 %), and
+//!   their mean duration at twice the state with the same change (goal ≤ 1.2×); and the time a
+//!   new process takes to restore the state from the local checkpoint directory.
 //!
 //! The job: a generator → `key_by` → a `KeyedProcessFunction` whose state per key is a value of
 //! `--value-bytes` bytes (100 by default). Record `i < keys` writes key `i`; later records
@@ -49,9 +49,12 @@ pub struct ProbeArgs {
     /// Keys written once, then updated.
     #[arg(long)]
     keys: u64,
-    /// Random updates after the load.
+    /// Random updates after the load (per interval, with `--checkpoints`).
     #[arg(long)]
     updates: u64,
+    /// With `--checkpoints`: intervals of `--updates` updates, each ending in a checkpoint.
+    #[arg(long, default_value_t = 4)]
+    intervals: u32,
     /// Bytes per value.
     #[arg(long)]
     value_bytes: usize,
@@ -72,13 +75,36 @@ struct Probe {
     load_per_s: f64,
     update_per_s: f64,
     peak_rss_mib: f64,
-    /// Bytes of the state: the table files the second checkpoint refers to.
+    /// Bytes of the state: the table files the last checkpoint refers to.
     state_bytes: u64,
-    /// Bytes the second checkpoint wrote (new shared files and state files).
-    second_checkpoint_bytes: u64,
     first_checkpoint_ms: f64,
-    second_checkpoint_ms: f64,
+    /// Per interval after the first checkpoint: what its checkpoint took and wrote.
+    intervals: Vec<Interval>,
     restore_ms: f64,
+}
+
+/// One interval of updates and the checkpoint that ends it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Interval {
+    checkpoint_ms: f64,
+    /// Bytes the checkpoint wrote: its new shared files, state and metadata files.
+    written_bytes: u64,
+    /// Bytes of the table files it refers to.
+    state_bytes: u64,
+}
+
+impl Probe {
+    fn mean_checkpoint_ms(&self) -> f64 {
+        let n = self.intervals.len().max(1) as f64;
+        self.intervals.iter().map(|i| i.checkpoint_ms).sum::<f64>() / n
+    }
+
+    fn shares(&self) -> Vec<f64> {
+        self.intervals
+            .iter()
+            .map(|i| i.written_bytes as f64 / i.state_bytes.max(1) as f64)
+            .collect()
+    }
 }
 
 /// Keeps a value of `bytes` bytes per key; counts what it processed and signals marks.
@@ -173,43 +199,49 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
         update_per_s: 0.0,
         peak_rss_mib: 0.0,
         state_bytes: 0,
-        second_checkpoint_bytes: 0,
         first_checkpoint_ms: 0.0,
-        second_checkpoint_ms: 0.0,
+        intervals: Vec::new(),
         restore_ms: 0.0,
     };
-    let mut first_id = None;
-    if args.checkpoints {
+    let checkpoint = || async {
         let t = Instant::now();
         let pending = job.trigger_checkpoint().await?;
         let id = pending.id();
         pending
             .completed()
             .await
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        probe.first_checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
-        first_id = Some(id);
+            .map_err(|e| anyhow::anyhow!("checkpoint {id:?}: {e:?}"))?;
+        anyhow::Ok((id, t.elapsed().as_secs_f64() * 1e3))
+    };
+    let mut previous = None;
+    if args.checkpoints {
+        let (id, ms) = checkpoint().await?;
+        probe.first_checkpoint_ms = ms;
+        previous = Some(id);
     }
-    let start = Instant::now();
-    mark.store(
-        seen.load(Ordering::Relaxed) + args.updates,
-        Ordering::Relaxed,
-    );
-    reached.notified().await;
-    probe.update_per_s = args.updates as f64 / start.elapsed().as_secs_f64();
-    if let Some(first) = first_id {
-        let t = Instant::now();
-        let pending = job.trigger_checkpoint().await?;
-        let second = pending.id();
-        pending
-            .completed()
-            .await
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        probe.second_checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
-        let (state, written) = checkpoint_bytes(&checkpoints, first, second)?;
-        probe.state_bytes = state;
-        probe.second_checkpoint_bytes = written;
+    let rounds = if args.checkpoints { args.intervals } else { 1 };
+    let mut updating = Duration::ZERO;
+    for _ in 0..rounds {
+        let start = Instant::now();
+        mark.store(
+            seen.load(Ordering::Relaxed) + args.updates,
+            Ordering::Relaxed,
+        );
+        reached.notified().await;
+        updating += start.elapsed();
+        if let Some(before) = previous {
+            let (id, checkpoint_ms) = checkpoint().await?;
+            let (state_bytes, written_bytes) = checkpoint_bytes(&checkpoints, before, id)?;
+            probe.intervals.push(Interval {
+                checkpoint_ms,
+                written_bytes,
+                state_bytes,
+            });
+            probe.state_bytes = state_bytes;
+            previous = Some(id);
+        }
     }
+    probe.update_per_s = (args.updates * u64::from(rounds)) as f64 / updating.as_secs_f64();
     job.cancel();
     let _ = job.await;
     probe.peak_rss_mib = peak_rss_kib()? as f64 / 1024.0;
@@ -295,18 +327,12 @@ fn run_probe(args: &[String]) -> anyhow::Result<Probe> {
 fn case_args(
     backend: &str,
     keys: u64,
+    updates: u64,
     value_bytes: usize,
     budget_mib: u64,
     checkpoints: bool,
     dir: &Path,
 ) -> Vec<String> {
-    // With checkpoints, 1 % of the keys change between the two; without (the fits case), three
-    // updates per key, so that the measure is of a warm cache rather than of first reads.
-    let updates = if checkpoints {
-        (keys / 100).max(1)
-    } else {
-        3 * keys
-    };
     let mut a = vec![
         "--backend".into(),
         backend.into(),
@@ -348,9 +374,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         std::fs::create_dir_all(&d)?;
         Ok(d)
     };
+    // Three updates per key, so that the measure is of a warm cache rather than of first reads.
     let heap = run_probe(&case_args(
         "heap",
         fits_keys,
+        3 * fits_keys,
         vb,
         fits_budget,
         false,
@@ -359,6 +387,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let rocks = run_probe(&case_args(
         "rocksdb",
         fits_keys,
+        3 * fits_keys,
         vb,
         fits_budget,
         false,
@@ -372,33 +401,41 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "update_ratio": rocks.update_per_s / heap.update_per_s,
         "heap_peak_rss_mib": heap.peak_rss_mib, "rocksdb_peak_rss_mib": rocks.peak_rss_mib,
     })];
+    // Each interval updates 1 % of the large case's keys: the same number of changed keys at
+    // twice the state, so that the doubling measures what the size of the state adds.
+    let updates = (large_keys / 100).max(1);
     let mut large = Vec::new();
     for (name, keys) in [("large", large_keys), ("large-x2", 2 * large_keys)] {
         let p = run_probe(&case_args(
             "rocksdb",
             keys,
+            updates,
             vb,
             large_budget,
             true,
             &fresh(name)?,
         ))?;
+        let shares = p.shares();
         rows.push(serde_json::json!({
             "scenario": "large-state", "case": name, "keys": keys, "budget_mib": large_budget,
+            "updates_per_interval": updates,
             "state_mib": p.state_bytes as f64 / MIB as f64,
             "load_per_s": p.load_per_s, "update_per_s": p.update_per_s,
             "peak_rss_mib": p.peak_rss_mib,
             "rss_over_budget_mib": p.peak_rss_mib - large_budget as f64,
             "first_checkpoint_ms": p.first_checkpoint_ms,
-            "second_checkpoint_ms": p.second_checkpoint_ms,
-            "second_checkpoint_mib": p.second_checkpoint_bytes as f64 / MIB as f64,
-            "second_checkpoint_share": p.second_checkpoint_bytes as f64 / p.state_bytes.max(1) as f64,
+            "checkpoint_ms": p.intervals.iter().map(|i| i.checkpoint_ms).collect::<Vec<_>>(),
+            "mean_checkpoint_ms": p.mean_checkpoint_ms(),
+            "checkpoint_share": shares,
+            "max_checkpoint_share": shares.iter().copied().fold(0.0, f64::max),
+            "mean_checkpoint_share": shares.iter().sum::<f64>() / shares.len().max(1) as f64,
             "restore_ms": p.restore_ms,
         }));
         large.push(p);
     }
     rows.push(serde_json::json!({
         "scenario": "large-state", "case": "doubling",
-        "second_checkpoint_growth": large[1].second_checkpoint_ms / large[0].second_checkpoint_ms.max(1e-9),
+        "mean_checkpoint_growth": large[1].mean_checkpoint_ms() / large[0].mean_checkpoint_ms().max(1e-9),
     }));
     for r in &rows {
         if args.common.json {

@@ -14,6 +14,7 @@ use rustc_hash::FxHashMap;
 use serde::{Serialize, de::DeserializeOwned};
 use sluice_core::codec::{self, CodecError};
 use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -23,6 +24,8 @@ const FIRST_ENTRY_ESTIMATE: usize = 256;
 const ENTRY_OVERHEAD: usize = 48;
 /// Fewest entries a cache holds, whatever the budget.
 const MIN_CACHED: usize = 16;
+/// Entries whose encoded size sets the capacity when the cache first fills.
+const SAMPLE: usize = 64;
 
 /// One value per key, for operators after `key_by`.
 ///
@@ -98,6 +101,11 @@ struct StoreTier<K, V> {
     cache_bytes: usize,
     /// The first store failure not yet taken by the operator.
     error: Option<StoreError>,
+    /// Whether the capacity was measured yet (at the first fill).
+    measured: bool,
+    /// Whether the store may hold keys of this state. Until the first write-back of a state
+    /// that started empty it holds none, so a missing key needs no read.
+    stored: bool,
 }
 
 impl<K, V> StoreTier<K, V>
@@ -111,53 +119,85 @@ where
         }
     }
 
-    /// Makes sure `key` is in the cache (loading it, writing back first if the cache is full).
-    /// Returns whether it was there: only a use after the one that loaded it marks an entry
-    /// used, so that keys read once are the first to go.
-    fn ensure(&mut self, name: &str, key: &K) -> bool {
-        if self.cache.contains_key(key) {
-            return true;
-        }
+    /// The cache slot of `key`, loaded from the store when missing (writing back first if the
+    /// cache is full). Only a use after the one that loaded it marks an entry used, so that
+    /// keys read once are the first to go. A hit costs one lookup.
+    fn slot(&mut self, name: &str, key: K) -> &mut Slot<V> {
         if self.cache.len() >= self.cap
+            && !self.cache.contains_key(&key)
             && let Err(e) = self.evict(name)
         {
             self.keep(e);
         }
-        let value = match self.read(name, key) {
-            Ok(v) => v,
-            Err(e) => {
-                self.keep(e);
-                None
+        let StoreTier {
+            cache,
+            store,
+            id,
+            max_parallelism,
+            operator,
+            error,
+            stored,
+            ..
+        } = self;
+        match cache.entry(key) {
+            Entry::Occupied(o) => {
+                let slot = o.into_mut();
+                slot.used = true;
+                slot
             }
-        };
-        self.cache.insert(
-            key.clone(),
-            Slot {
-                value,
-                dirty: false,
-                used: false,
-            },
-        );
-        false
-    }
-
-    fn read(&self, name: &str, key: &K) -> Result<Option<V>, StoreError> {
-        let k = store_key(self.max_parallelism, self.id, key)
-            .map_err(|e| decode_error(&self.operator, name, e))?;
-        match self.store.get(&k)? {
-            None => Ok(None),
-            Some(bytes) => codec::decode(&bytes)
-                .map(Some)
-                .map_err(|e| decode_error(&self.operator, name, e)),
+            Entry::Vacant(v) => {
+                let value = if *stored {
+                    match read(&**store, *id, *max_parallelism, operator, name, v.key()) {
+                        Ok(value) => value,
+                        Err(e) => {
+                            if error.is_none() {
+                                *error = Some(e);
+                            }
+                            None
+                        }
+                    }
+                } else {
+                    None
+                };
+                v.insert(Slot {
+                    value,
+                    dirty: false,
+                    used: false,
+                })
+            }
         }
     }
 
-    /// Makes room (CLOCK): writes every dirty entry back, drops the entries not used since the
-    /// last eviction and clears the others' bits; if that leaves the cache more than half
-    /// full, drops arbitrary entries down to half. The capacity is re-sized from the sizes the
-    /// write-back measured.
+    /// [`slot`](Self::slot) for a borrowed key: clones it only on a miss.
+    fn slot_ref(&mut self, name: &str, key: &K) -> &mut Slot<V> {
+        if self.cache.contains_key(key) {
+            // A second lookup rather than a clone per hit.
+            let slot = self.cache.get_mut(key).expect("the key was just found");
+            slot.used = true;
+            return slot;
+        }
+        self.slot(name, key.clone())
+    }
+
+    /// Makes room (CLOCK): writes every dirty entry back and re-sizes the capacity from the
+    /// sizes it measured; if the cache is still full, drops the entries not used since the
+    /// last eviction and clears the others' bits, and if that leaves it more than half full,
+    /// drops arbitrary entries down to half.
     fn evict(&mut self, name: &str) -> Result<(), StoreError> {
+        if !self.measured {
+            // The first fill: measure a sample before writing anything back, so that a state
+            // whose entries are smaller than the first estimate stays whole in memory.
+            self.measured = true;
+            self.size_from_sample(name)?;
+            if self.cache.len() < self.cap {
+                return Ok(());
+            }
+        }
         self.write_back(name, false)?;
+        if self.cache.len() < self.cap {
+            // The first estimate of an entry's size was too high: there is room after all.
+            return Ok(());
+        }
         self.cache
             .retain(|_, slot| std::mem::replace(&mut slot.used, false));
         let half = self.cap / 2;
@@ -170,6 +210,27 @@ where
                 excess -= 1;
                 false
             });
+        }
+        Ok(())
+    }
+
+    /// Sizes the capacity from the encoded sizes of up to `SAMPLE` cached entries.
+    fn size_from_sample(&mut self, name: &str) -> Result<(), StoreError> {
+        let (mut n, mut bytes) = (0usize, 0usize);
+        for (k, slot) in self.cache.iter().take(SAMPLE) {
+            let key = store_key(self.max_parallelism, self.id, k)
+                .map_err(|e| decode_error(&self.operator, name, e))?;
+            let value = match &slot.value {
+                Some(v) => codec::encode(v)
+                    .map_err(|e| decode_error(&self.operator, name, e))?
+                    .len(),
+                None => 0,
+            };
+            n += 1;
+            bytes += key.len() + value;
+        }
+        if let Some(per_entry) = bytes.checked_div(n) {
+            self.cap = (self.cache_bytes / (per_entry + ENTRY_OVERHEAD)).max(MIN_CACHED);
         }
         Ok(())
     }
@@ -195,6 +256,7 @@ where
         let n = batch.len();
         if n > 0 {
             self.store.write(batch)?;
+            self.stored = true;
         }
         if let Some(per_entry) = bytes.checked_div(n) {
             self.cap = (self.cache_bytes / (per_entry + ENTRY_OVERHEAD)).max(MIN_CACHED);
@@ -228,6 +290,24 @@ fn store_key<K: Hash + Serialize>(
     let mut k = key_prefix(key_group(key, max_parallelism), id).to_vec();
     codec::encode_into(key, &mut k)?;
     Ok(k)
+}
+
+/// Reads and decodes the value of `key` in state `id` of `store`.
+fn read<K: Hash + Serialize, V: DeserializeOwned>(
+    store: &dyn KeyedStore,
+    id: u32,
+    max_parallelism: usize,
+    operator: &str,
+    name: &str,
+    key: &K,
+) -> Result<Option<V>, StoreError> {
+    let k = store_key(max_parallelism, id, key).map_err(|e| decode_error(operator, name, e))?;
+    match store.get(&k)? {
+        None => Ok(None),
+        Some(bytes) => codec::decode(&bytes)
+            .map(Some)
+            .map_err(|e| decode_error(operator, name, e)),
+    }
 }
 
 fn decode_error(operator: &str, state: &str, e: CodecError) -> StoreError {
@@ -271,6 +351,18 @@ where
             return Ok(());
         };
         let id = state_id(&self.name);
+        // Restored files may hold keys of this state; a fresh store holds none.
+        let mut stored = !values.is_empty();
+        for group in 0..max_parallelism {
+            if stored {
+                break;
+            }
+            let start = key_prefix(group, id);
+            store.scan(&start, &prefix_end(&start), &mut |_, _| {
+                stored = true;
+                false
+            })?;
+        }
         let mut batch = Vec::new();
         for (k, v) in values.drain() {
             batch.push((
@@ -293,6 +385,8 @@ where
             cap: (cache_bytes / (FIRST_ENTRY_ESTIMATE + ENTRY_OVERHEAD)).max(MIN_CACHED),
             cache_bytes,
             error: None,
+            measured: false,
+            stored,
         }));
         Ok(())
     }
@@ -316,12 +410,7 @@ where
     pub fn get(&mut self, key: &K) -> Option<&V> {
         match &mut self.tier {
             Tier::Heap(m) => m.get(key),
-            Tier::Store(s) => {
-                let hit = s.ensure(&self.name, key);
-                let slot = s.cache.get_mut(key)?;
-                slot.used |= hit;
-                slot.value.as_ref()
-            }
+            Tier::Store(s) => s.slot_ref(&self.name, key).value.as_ref(),
         }
     }
 
@@ -330,9 +419,7 @@ where
         match &mut self.tier {
             Tier::Heap(m) => m.get_mut(key),
             Tier::Store(s) => {
-                let hit = s.ensure(&self.name, key);
-                let slot = s.cache.get_mut(key)?;
-                slot.used |= hit;
+                let slot = s.slot_ref(&self.name, key);
                 if slot.value.is_some() {
                     slot.dirty = true;
                 }
@@ -349,14 +436,8 @@ where
         match &mut self.tier {
             Tier::Heap(m) => m.entry(key).or_default(),
             Tier::Store(s) => {
-                let hit = s.ensure(&self.name, &key);
-                let slot = s.cache.entry(key).or_insert(Slot {
-                    value: None,
-                    dirty: false,
-                    used: false,
-                });
+                let slot = s.slot(&self.name, key);
                 slot.dirty = true;
-                slot.used |= hit;
                 slot.value.get_or_insert_with(V::default)
             }
         }
@@ -367,14 +448,8 @@ where
         match &mut self.tier {
             Tier::Heap(m) => m.insert(key, value),
             Tier::Store(s) => {
-                let hit = s.ensure(&self.name, &key);
-                let slot = s.cache.entry(key).or_insert(Slot {
-                    value: None,
-                    dirty: false,
-                    used: false,
-                });
+                let slot = s.slot(&self.name, key);
                 slot.dirty = true;
-                slot.used |= hit;
                 slot.value.replace(value)
             }
         }
@@ -385,9 +460,7 @@ where
         match &mut self.tier {
             Tier::Heap(m) => m.remove(key),
             Tier::Store(s) => {
-                let hit = s.ensure(&self.name, key);
-                let slot = s.cache.get_mut(key)?;
-                slot.used |= hit;
+                let slot = s.slot_ref(&self.name, key);
                 let old = slot.value.take();
                 if old.is_some() {
                     slot.dirty = true;
@@ -590,6 +663,7 @@ where
                         ));
                     }
                     s.store.write(batch)?;
+                    s.stored = true;
                 }
             }
         }
@@ -915,7 +989,7 @@ mod tests {
         assert_eq!(st.get(&5), None);
     }
 
-    /// A store whose reads fail.
+    /// A store whose reads fail, and whose scans find one entry (as if it had been restored).
     #[derive(Debug)]
     struct Broken;
 
@@ -933,10 +1007,11 @@ mod tests {
         }
         fn scan(
             &self,
-            _start: &[u8],
+            start: &[u8],
             _end: &[u8],
-            _f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+            f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
         ) -> Result<(), StoreError> {
+            f(start, b"");
             Ok(())
         }
     }
@@ -987,8 +1062,32 @@ mod tests {
             *st.get_or_default(cold) += 1;
             *st.get_or_default(0) += 1;
         }
+        // The store starts empty: the 16 keys cached before the first write-back (the hot one
+        // among them) need no read; every later cold key is read once, and the hot one never.
         let reads = store.1.load(std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(reads, 1_000, "one read per key, the hot one read once");
+        assert_eq!(reads, 1_000 - 16, "one read per cold key after the first write-back");
         assert_eq!(st.get(&0), Some(&1_000));
+    }
+
+    #[test]
+    fn a_cache_with_room_after_measuring_keeps_what_it_holds() {
+        // 64 KiB of cache: the first estimate (304 bytes an entry) allows 215 entries; at that
+        // first fill a sample measures about 10, so there is room for all and nothing goes.
+        let store = Arc::new(CountingReads(memory_store(), Default::default()));
+        let mut st: ValueState<u32, u32> = ValueState::new("s");
+        st.attach(store.clone(), 16, 64 << 10, "test").unwrap();
+        for k in 0..1_000 {
+            st.update(k, k);
+        }
+        // (Keys first seen after the write-back were looked up in the store.)
+        store.1.store(0, std::sync::atomic::Ordering::Relaxed);
+        for k in 0..1_000 {
+            assert_eq!(st.get(&k), Some(&k));
+        }
+        assert_eq!(
+            store.1.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "every key stayed cached"
+        );
     }
 }
