@@ -1065,7 +1065,11 @@ mod tests {
         // The store starts empty: the 16 keys cached before the first write-back (the hot one
         // among them) need no read; every later cold key is read once, and the hot one never.
         let reads = store.1.load(std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(reads, 1_000 - 16, "one read per cold key after the first write-back");
+        assert_eq!(
+            reads,
+            1_000 - 16,
+            "one read per cold key after the first write-back"
+        );
         assert_eq!(st.get(&0), Some(&1_000));
     }
 
