@@ -214,6 +214,13 @@ where
         Ok(())
     }
 
+    /// Sizes the capacity from `n` entries measured at `bytes` encoded bytes in all.
+    fn size_cap(&mut self, bytes: usize, n: usize) {
+        if let Some(per_entry) = bytes.checked_div(n) {
+            self.cap = (self.cache_bytes / (per_entry + ENTRY_OVERHEAD)).max(MIN_CACHED);
+        }
+    }
+
     /// Sizes the capacity from the encoded sizes of up to `SAMPLE` cached entries.
     fn size_from_sample(&mut self, name: &str) -> Result<(), StoreError> {
         let (mut n, mut bytes) = (0usize, 0usize);
@@ -229,9 +236,7 @@ where
             n += 1;
             bytes += key.len() + value;
         }
-        if let Some(per_entry) = bytes.checked_div(n) {
-            self.cap = (self.cache_bytes / (per_entry + ENTRY_OVERHEAD)).max(MIN_CACHED);
-        }
+        self.size_cap(bytes, n);
         Ok(())
     }
 
@@ -258,9 +263,7 @@ where
             self.store.write(batch)?;
             self.stored = true;
         }
-        if let Some(per_entry) = bytes.checked_div(n) {
-            self.cap = (self.cache_bytes / (per_entry + ENTRY_OVERHEAD)).max(MIN_CACHED);
-        }
+        self.size_cap(bytes, n);
         if evict {
             self.cache.clear();
         }
