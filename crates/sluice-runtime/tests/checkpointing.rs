@@ -302,6 +302,21 @@ fn an_empty_checkpoint_storage_path_is_refused_at_submit() {
     );
 }
 
+#[test]
+fn an_object_store_url_as_a_checkpoint_directory_is_refused_at_submit() {
+    // Without the check, checkpoints went to a local directory named `s3:`.
+    let err = refused_at_submit(|env| {
+        env.set_checkpoint_storage("s3://bucket/checkpoints");
+    });
+    let message = err.to_string();
+    assert!(
+        message.contains("s3://bucket/checkpoints")
+            && message.contains("set_checkpoint_storage_backend"),
+        "{message}"
+    );
+    assert!(!std::path::Path::new("s3:").exists());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restoring_from_a_path_that_does_not_exist_says_so() {
     let tmp = tempfile::tempdir().unwrap();

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 /// assert!(err.to_string().contains("\"\" is not usable"), "{err}");
 /// ```
 pub(crate) fn validate_directory(path: &Path) -> Result<(), StorageError> {
-    reject_empty(path)?;
+    reject_unusable(path)?;
     let not_writable = |source| StorageError::NotWritable {
         path: path.to_path_buf(),
         source,
@@ -51,12 +51,21 @@ pub(crate) fn validate_directory(path: &Path) -> Result<(), StorageError> {
     fs::remove_file(&probe).map_err(not_writable)
 }
 
-/// An empty path would put checkpoints in the working directory without anyone asking for it.
-fn reject_empty(path: &Path) -> Result<(), StorageError> {
+/// An empty path would put checkpoints in the working directory without anyone asking for it,
+/// and a URL (`s3://bucket/dir`) in a local directory named `s3:`.
+fn reject_unusable(path: &Path) -> Result<(), StorageError> {
     if path.as_os_str().is_empty() {
         return Err(StorageError::InvalidPath {
             path: path.to_path_buf(),
             reason: "the path is empty (write \".\" for the working directory)",
+        });
+    }
+    if path.to_string_lossy().contains("://") {
+        return Err(StorageError::InvalidPath {
+            path: path.to_path_buf(),
+            reason: "it is a URL, not a local directory (for an object store, pass \
+                     sluice_object_store::ObjectStoreCheckpointStorage::from_url to \
+                     set_checkpoint_storage_backend)",
         });
     }
     Ok(())
@@ -91,7 +100,7 @@ pub(crate) enum RestorePathKind {
 /// assert!(err.to_string().contains("does not exist"), "{err}");
 /// ```
 pub(crate) fn restore_path_kind(path: &Path) -> Result<RestorePathKind, StorageError> {
-    reject_empty(path)?;
+    reject_unusable(path)?;
     match path.try_exists() {
         Ok(true) => {}
         Ok(false) => {
