@@ -179,15 +179,53 @@ async fn one_job_master_and_three_task_managers_give_the_local_output() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_manager_killed_mid_run_is_replaced_and_the_output_stays_exact() {
     let dir = tempfile::tempdir().unwrap();
+    task_manager_killed(dir.path(), Vec::new()).await;
+}
+
+/// The same with the totals in RocksDB (incremental checkpoints): the task managers upload
+/// their store files and the replacement restores its key groups from them.
+#[cfg(feature = "rocksdb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_manager_killed_mid_run_with_state_in_rocksdb_is_replaced_and_the_output_stays_exact()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    task_manager_killed(dir.path(), rocksdb(dir.path())).await;
+    assert_store_files_were_checkpointed(&dir.path().join("checkpoints"));
+}
+
+/// The demo's variables for keyed state in RocksDB under `dir`.
+#[cfg(feature = "rocksdb")]
+fn rocksdb(dir: &Path) -> Vec<(String, String)> {
+    vec![
+        ("SLUICE_DEMO_STATE_BACKEND".into(), "rocksdb".into()),
+        (
+            "SLUICE_DEMO_STATE_DIR".into(),
+            dir.join("state").display().to_string(),
+        ),
+    ]
+}
+
+/// The checkpoints in `dir` refer to RocksDB table files (so the state was in the store).
+#[cfg(feature = "rocksdb")]
+fn assert_store_files_were_checkpointed(dir: &Path) {
+    let shared = std::fs::read_dir(dir.join("shared"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert!(shared > 0, "no shared store files under {}", dir.display());
+}
+
+/// Kills one of two task managers with SIGKILL once a checkpoint completed, starts a third:
+/// the job fails over and its output is exact.
+async fn task_manager_killed(dir: &Path, extra: Vec<(String, String)>) {
     let job = Job {
-        out: dir.path().join("out"),
-        checkpoints: dir.path().join("checkpoints"),
+        out: dir.join("out"),
+        checkpoints: dir.join("checkpoints"),
         records: 400_000,
         keys: 101,
         parallelism: 2,
         // About four seconds: the kill lands mid-run.
         rate: 100_000.0,
-        extra: Vec::new(),
+        extra,
     };
     let port = free_port();
     let mut jm = job.job_master(port);
@@ -269,6 +307,17 @@ async fn a_peer_without_the_secret_is_refused() {
 async fn a_job_master_killed_and_started_again_resumes_from_the_latest_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     job_master_restart(dir.path(), dir.path().join("checkpoints"), &[]).await;
+}
+
+#[cfg(feature = "rocksdb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_master_killed_and_started_again_resumes_its_rocksdb_state_from_the_latest_checkpoint()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let vars = rocksdb(dir.path());
+    let vars: Vec<(&str, String)> = vars.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    job_master_restart(dir.path(), dir.path().join("checkpoints"), &vars).await;
+    assert_store_files_were_checkpointed(&dir.path().join("checkpoints"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

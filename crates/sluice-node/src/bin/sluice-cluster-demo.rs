@@ -11,13 +11,15 @@
 //! 1,000,000), `SLUICE_DEMO_KEYS` (default 1,000), `SLUICE_DEMO_PARALLELISM` (default 2),
 //! `SLUICE_DEMO_RATE` (records per second, unlimited by default), `SLUICE_DEMO_CHECKPOINTS`
 //! (checkpoint directory or object-store URL such as `s3://bucket/path` with the `AWS_*` variables; default `sluice-checkpoints/demo`), `SLUICE_DEMO_RESUME=true` (resume
-//! from the newest checkpoint there, as a restarted job master does).
+//! from the newest checkpoint there, as a restarted job master does), `SLUICE_DEMO_STATE_BACKEND`
+//! (`heap`, the default, or `rocksdb` with the `rocksdb` feature: the totals in RocksDB under
+//! `SLUICE_DEMO_STATE_DIR`, incremental checkpoints).
 
 use anyhow::Context;
 use sluice_core::CheckpointId;
 use sluice_runtime::failover::RestartStrategy;
 use sluice_runtime::prelude::*;
-use std::collections::BTreeMap;
+use sluice_runtime::state::ValueState;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -31,18 +33,22 @@ where
     }
 }
 
-/// Per key: the running total, checkpointed; written out at the end of input.
+/// Per key: the running total, keyed state (on the heap, or in the job's state backend's
+/// store); written out at the end of input.
 #[derive(Clone)]
 struct Totals {
     out: PathBuf,
     subtask: usize,
-    totals: BTreeMap<u64, u64>,
+    max_parallelism: usize,
+    totals: ValueState<u64, u64>,
 }
 
 impl Operator<(u64, u64)> for Totals {
     type Out = (u64, u64);
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         self.subtask = ctx.subtask_index();
+        self.max_parallelism = ctx.max_parallelism();
+        ctx.attach_keyed_state(&mut self.totals)?;
         Ok(())
     }
     fn process_batch(
@@ -51,37 +57,65 @@ impl Operator<(u64, u64)> for Totals {
         _: &mut Collector<(u64, u64)>,
     ) -> Result<(), UserError> {
         for (k, n) in batch {
-            *self.totals.entry(k).or_insert(0) += n;
+            *self.totals.get_or_default(k) += n;
         }
-        Ok(())
+        match self.totals.take_error() {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
     }
     fn snapshot_state(
         &mut self,
         _: CheckpointId,
         _: &mut Collector<(u64, u64)>,
     ) -> Result<OperatorState, UserError> {
-        let entries: Vec<(u64, u64)> = self.totals.iter().map(|(k, n)| (*k, *n)).collect();
-        Ok(OperatorState::from_entries(vec![
-            sluice_core::codec::encode(&entries)?,
-        ]))
+        let mut state = OperatorState::default();
+        self.totals
+            .snapshot_into(self.max_parallelism, &mut state)?;
+        Ok(state)
     }
     fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
-        for entry in state.entries() {
-            for (k, n) in sluice_core::codec::decode::<Vec<(u64, u64)>>(entry)? {
-                *self.totals.entry(k).or_insert(0) += n;
-            }
-        }
+        self.totals.restore_from(&state)?;
         Ok(())
     }
     fn end_input(&mut self, _: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
-        let text: String = self
-            .totals
-            .iter()
-            .map(|(k, n)| format!("{k} {n}\n"))
-            .collect();
+        let mut totals = self.totals.entries()?;
+        totals.sort_unstable();
+        let text: String = totals.iter().map(|(k, n)| format!("{k} {n}\n")).collect();
         let path = self.out.join(format!("part-{}", self.subtask));
         std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
         Ok(())
+    }
+}
+
+/// `SLUICE_DEMO_STATE_BACKEND`: `heap` (the default) or `rocksdb` (keyed state in RocksDB under
+/// `SLUICE_DEMO_STATE_DIR`, incremental checkpoints), which needs the `rocksdb` feature.
+fn set_state_backend(env: &StreamEnvironment) -> anyhow::Result<()> {
+    let backend: String = var("SLUICE_DEMO_STATE_BACKEND", "heap".to_string())?;
+    match backend.as_str() {
+        "heap" => Ok(()),
+        #[cfg(feature = "rocksdb")]
+        "rocksdb" => {
+            let dir: PathBuf = var(
+                "SLUICE_DEMO_STATE_DIR",
+                std::env::temp_dir().join("sluice-demo-state"),
+            )?;
+            env.set_state_backend(
+                sluice_rocksdb::RocksDbStateBackend::new(dir)
+                    .memory_budget(64 << 20)
+                    .incremental(true),
+            );
+            Ok(())
+        }
+        #[cfg(not(feature = "rocksdb"))]
+        "rocksdb" => {
+            let _ = env;
+            anyhow::bail!(
+                "SLUICE_DEMO_STATE_BACKEND=rocksdb: this build of sluice-cluster-demo has no \
+                 RocksDB backend (build sluice-node with --features rocksdb)"
+            )
+        }
+        other => anyhow::bail!("SLUICE_DEMO_STATE_BACKEND={other:?}: expected heap or rocksdb"),
     }
 }
 
@@ -124,6 +158,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         env.set_checkpoint_storage(&checkpoints);
     }
+    set_state_backend(&env)?;
     if var("SLUICE_DEMO_RESUME", false)? {
         // A job master started again finds where its predecessor got to.
         env.resume_from_latest_checkpoint();
@@ -142,7 +177,8 @@ async fn main() -> anyhow::Result<()> {
         .process(Totals {
             out,
             subtask: 0,
-            totals: BTreeMap::new(),
+            max_parallelism: 0,
+            totals: ValueState::new("totals"),
         })
         .name("Totals")
         .discard();

@@ -85,10 +85,6 @@ impl Drop for StoragePersistence {
 
 impl StoragePersistence {
     /// Whether a task manager wrote the state of `(node, subtask)` (and its store files).
-    fn wrote_itself(&self, written: &Handles, node: NodeId, subtask: usize) -> bool {
-        written.contains_key(&(node, subtask))
-    }
-
     /// Keeps `staged` for checkpoint `id` and removes those of the checkpoints older than the
     /// newest one retention removed.
     async fn release_staged(
@@ -187,6 +183,10 @@ impl Persistence for StoragePersistence {
                 .as_ref()
                 .map(|w| w.take(id))
                 .unwrap_or_default();
+            // The subtasks whose task manager wrote their state (and uploaded their store
+            // files) itself; `written` loses its entries as the writes below take them.
+            let wrote_itself: std::collections::BTreeSet<(NodeId, usize)> =
+                written.keys().copied().collect();
             let mut operators = Vec::new();
             // One write per operator subtask (and per coordinator), all in flight at once: each
             // encodes its state on the blocking pool (large states would stall a tokio worker)
@@ -246,7 +246,7 @@ impl Persistence for StoragePersistence {
                             staged.push(dir.clone());
                         }
                     }
-                    if !self.wrote_itself(&written, node, subtask) {
+                    if !wrote_itself.contains(&(node, subtask)) {
                         uploads.extend(pending_uploads(state)?);
                     }
                 }
