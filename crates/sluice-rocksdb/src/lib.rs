@@ -4,7 +4,8 @@
 //! Where to find things:
 //! - [`RocksDbStateBackend`] (`backend.rs`): the backend a job sets with
 //!   [`StreamEnvironment::set_state_backend`](sluice_runtime::StreamEnvironment::set_state_backend):
-//!   the directory, the memory budget, the RocksDB options, one store per keyed operator subtask;
+//!   the directory, the memory budget, the RocksDB options (the [`Compaction`] style among
+//!   them), one store per keyed operator subtask;
 //! - `store.rs`: the store, the runtime's [`KeyedStore`](sluice_runtime::state::KeyedStore) over one
 //!   RocksDB instance (reads, batched writes without a write-ahead log, ordered scans, metrics);
 //! - `budget.rs`: how the budget is split between the block cache, write buffers and the
@@ -29,4 +30,4 @@ mod backend;
 mod budget;
 mod store;
 
-pub use backend::{DEFAULT_MEMORY_BUDGET, RocksDbStateBackend};
+pub use backend::{Compaction, DEFAULT_MEMORY_BUDGET, RocksDbStateBackend};

@@ -139,3 +139,46 @@ fn checkpoint_files_are_listed_with_their_lengths_and_table_files_are_links() {
         );
     }
 }
+
+/// The `compaction` style a store was opened with, as RocksDB wrote it in its OPTIONS file.
+fn compaction_style_of(dir: &std::path::Path) -> String {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().unwrap().to_string_lossy().starts_with("OPTIONS-") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                found.extend(
+                    text.lines()
+                        .filter_map(|l| l.trim().strip_prefix("compaction_style="))
+                        .map(str::to_string),
+                );
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.remove(0)
+}
+
+#[test]
+fn stores_compact_universally_unless_told_to_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let universal = RocksDbStateBackend::new(dir.path().join("u"));
+    let _store = universal.open(&scope(0, 1, 0)).unwrap();
+    assert_eq!(
+        compaction_style_of(&dir.path().join("u")),
+        "kCompactionStyleUniversal"
+    );
+    let leveled = RocksDbStateBackend::new(dir.path().join("l"))
+        .compaction(sluice_rocksdb::Compaction::Leveled);
+    let _store = leveled.open(&scope(0, 1, 0)).unwrap();
+    assert_eq!(
+        compaction_style_of(&dir.path().join("l")),
+        "kCompactionStyleLevel"
+    );
+}
