@@ -58,14 +58,14 @@
 use futures::TryStreamExt;
 use futures::future::BoxFuture;
 use object_store::path::{Path as ObjectPath, PathPart};
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use sluice_core::{CheckpointId, NodeId, SubtaskIndex};
 use sluice_runtime::storage::{
     BlobCheckpointStorage, BlobStore, CheckpointMetadata, CheckpointStorage,
     CoordinatorStateHandle, RestoreOutcome, RestoredCheckpoint, StateFileHandle, StorageError,
 };
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A URL or configuration that does not name a usable object store.
@@ -211,6 +211,110 @@ impl BlobStore for ObjectStoreBlobs {
             }
         })
     }
+
+    /// A file of up to [`PART_BYTES`] in one `PUT`; a larger one as a multipart upload of
+    /// parts of that size, two in flight, read from disk as they go: at most three parts in
+    /// memory whatever the file's size. A failed upload is aborted.
+    fn put_file<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(async move {
+            let local = |action: &'static str, e: std::io::Error| StorageError::Io {
+                action,
+                path: path.to_path_buf(),
+                source: e,
+            };
+            let mut file = tokio::fs::File::open(path)
+                .await
+                .map_err(|e| local("open", e))?;
+            let mut part = read_part(&mut file).await.map_err(|e| local("read", e))?;
+            if part.len() < PART_BYTES {
+                return self.put(key, part).await;
+            }
+            let upload = self
+                .store
+                .put_multipart(&self.object(key))
+                .await
+                .map_err(|e| self.io_error("start the upload of", key, e))?;
+            let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+            while !part.is_empty() {
+                writer.put(part.into());
+                if let Err(e) = writer.wait_for_capacity(2).await {
+                    let _ = writer.abort().await;
+                    return Err(self.io_error("upload a part of", key, e));
+                }
+                part = match read_part(&mut file).await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = writer.abort().await;
+                        return Err(local("read", e));
+                    }
+                };
+            }
+            writer
+                .finish()
+                .await
+                .map_err(|e| self.io_error("finish the upload of", key, e))?;
+            Ok(())
+        })
+    }
+
+    /// Streams the object to the file, chunk by chunk as the store sends them.
+    fn get_to_file<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(async move {
+            use tokio::io::AsyncWriteExt;
+            let local = |action: &'static str, e: std::io::Error| StorageError::Io {
+                action,
+                path: path.to_path_buf(),
+                source: e,
+            };
+            let mut chunks = self
+                .store
+                .get(&self.object(key))
+                .await
+                .map_err(|e| self.io_error("get", key, e))?
+                .into_stream();
+            let mut file = tokio::fs::File::create(path)
+                .await
+                .map_err(|e| local("create", e))?;
+            while let Some(chunk) = chunks
+                .try_next()
+                .await
+                .map_err(|e| self.io_error("read", key, e))?
+            {
+                file.write_all(&chunk)
+                    .await
+                    .map_err(|e| local("write", e))?;
+            }
+            file.flush().await.map_err(|e| local("write", e))
+        })
+    }
+}
+
+/// The size of each part of a multipart upload (S3 takes parts of 5 MiB to 5 GiB, at most
+/// 10,000 of them: files up to 160 GiB).
+pub const PART_BYTES: usize = 16 << 20;
+
+/// Up to [`PART_BYTES`] more bytes of `file` (fewer only at its end; none past it).
+async fn read_part(file: &mut tokio::fs::File) -> std::io::Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut part = Vec::with_capacity(PART_BYTES);
+    while part.len() < PART_BYTES {
+        let n = (&mut *file)
+            .take((PART_BYTES - part.len()) as u64)
+            .read_to_end(&mut part)
+            .await?;
+        if n == 0 {
+            break;
+        }
+    }
+    Ok(part)
 }
 
 /// Checkpoints in an object store: the runtime's layout over [`ObjectStoreBlobs`]. See the

@@ -149,7 +149,12 @@ fn compaction_style_of(dir: &std::path::Path) -> String {
             let p = e.unwrap().path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.file_name().unwrap().to_string_lossy().starts_with("OPTIONS-") {
+            } else if p
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("OPTIONS-")
+            {
                 let text = std::fs::read_to_string(&p).unwrap();
                 found.extend(
                     text.lines()

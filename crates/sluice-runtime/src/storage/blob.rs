@@ -1,5 +1,6 @@
 //! The blob interface every checkpoint storage is written over: put, get, list and delete of
-//! whole byte strings by key. A backend (the local disk in `local.rs`, memory in `memory.rs`,
+//! whole byte strings by key, and whole local files put and got without holding them in
+//! memory where the backend can. A backend (the local disk in `local.rs`, memory in `memory.rs`,
 //! object stores in `sluice-object-store`) implements only this; the layout, framing,
 //! verification and retention of checkpoints live once in `layout.rs`.
 //!
@@ -10,7 +11,7 @@
 use super::StorageError;
 use futures::future::BoxFuture;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A store of blobs by key, the only thing a checkpoint storage backend implements.
 ///
@@ -48,6 +49,44 @@ pub trait BlobStore: Send + Sync + fmt::Debug {
 
     /// Removes the blob at `key`, if there is one.
     fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>>;
+
+    /// Stores the content of the local file `path` at `key`, as [`put`](Self::put) does with
+    /// bytes (the same contract). The default reads the file whole on the blocking pool; a
+    /// backend overrides it to stream the file, or to link it, so that a large file (a keyed
+    /// store's table file) never sits in memory. The caller does not change the file in place
+    /// afterwards (the local disk may hard-link it).
+    fn put_file<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(async move {
+            let owned = path.to_path_buf();
+            let bytes = tokio::task::spawn_blocking(move || std::fs::read(&owned))
+                .await
+                .map_err(|e| StorageError::Background(e.to_string()))?
+                .map_err(|e| StorageError::io("read", path, e))?;
+            self.put(key, bytes).await
+        })
+    }
+
+    /// Writes the blob at `key` to the local file `path` (replaced if it exists);
+    /// [`StorageError::Missing`] if there is none. The default holds the blob in memory on the
+    /// way; a backend overrides it to stream.
+    fn get_to_file<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(async move {
+            let bytes = self.get(key).await?;
+            let owned = path.to_path_buf();
+            tokio::task::spawn_blocking(move || std::fs::write(&owned, bytes))
+                .await
+                .map_err(|e| StorageError::Background(e.to_string()))?
+                .map_err(|e| StorageError::io("write", path, e))
+        })
+    }
 }
 
 /// The key of `name` inside the folder `dir` (`""`: the root).

@@ -1,14 +1,16 @@
 //! The contract of a [`BlobStore`] and of the checkpoint layout over it, as one test suite that
 //! every backend runs (compiled with the `testing` feature): the in-memory store in this crate's
 //! tests, the local disk, and `sluice-object-store`'s stores. It checks the blob operations
-//! themselves, then the layout over them: round trip, metadata put last, deletion metadata first,
+//! themselves (local files put and got whole among them: a backend runs under tokio), then the
+//! layout over them: round trip, metadata put last, deletion metadata first,
 //! retention, garbage of incomplete checkpoints, damaged and missing files found and skipped
 //! newest first, and refusals that name the file.
 //!
 //! ```
 //! use sluice_runtime::storage::{MemoryBlobStore, contract};
 //!
-//! futures::executor::block_on(contract::check_blob_store(MemoryBlobStore::new));
+//! let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! rt.block_on(contract::check_blob_store(MemoryBlobStore::new));
 //! ```
 
 use super::format::{self, HEADER_LEN, METADATA_FILE};
@@ -28,6 +30,7 @@ const JOB: &str = "contract-job-v1";
 /// the first violation, naming it.
 pub async fn check_blob_store<B: BlobStore>(mut fresh: impl FnMut() -> B) {
     blobs_are_put_got_listed_and_deleted(fresh()).await;
+    files_are_put_and_got_whole(fresh()).await;
     checkpoints_round_trip_with_the_metadata_put_last(fresh()).await;
     retention_keeps_the_newest_and_ignores_one_in_progress(fresh()).await;
     incomplete_checkpoints_are_garbage(fresh()).await;
@@ -69,6 +72,21 @@ impl<B: BlobStore> BlobStore for Recording<B> {
     fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>> {
         sluice_core::sync::lock(&self.log).push(format!("delete {key}"));
         self.inner.delete(key)
+    }
+    fn put_file<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        sluice_core::sync::lock(&self.log).push(format!("put {key}"));
+        self.inner.put_file(key, path)
+    }
+    fn get_to_file<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a std::path::Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        self.inner.get_to_file(key, path)
     }
 }
 
@@ -151,6 +169,68 @@ async fn damage<B: BlobStore>(blobs: &B, key: &str, damage: impl FnOnce(&mut Vec
     let mut bytes = blobs.get(key).await.unwrap();
     damage(&mut bytes);
     blobs.put(key, bytes).await.unwrap();
+}
+
+/// Bytes of a file larger than a multipart upload's part (16 MiB in `sluice-object-store`):
+/// a pattern that a misplaced or repeated chunk would break.
+fn large_file_bytes() -> Vec<u8> {
+    (0..(40u32 << 20) + 123)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect()
+}
+
+async fn files_are_put_and_got_whole<B: BlobStore>(blobs: B) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("sluice-contract-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (small, large) = (b"a small file".to_vec(), large_file_bytes());
+    for (name, bytes) in [("small", &small), ("large", &large), ("empty", &Vec::new())] {
+        let source = dir.join(name);
+        std::fs::write(&source, bytes).unwrap();
+        let key = format!("shared/{name}");
+        blobs.put_file(&key, &source).await.unwrap();
+        assert!(
+            blobs.get(&key).await.unwrap() == *bytes,
+            "put_file of the {name} file, then get"
+        );
+        let back = dir.join(format!("{name}.back"));
+        blobs.get_to_file(&key, &back).await.unwrap();
+        assert!(
+            std::fs::read(&back).unwrap() == *bytes,
+            "get_to_file of the {name} file"
+        );
+    }
+    // A put blob comes back to a file; put_file replaces.
+    blobs.put("shared/put", b"bytes".to_vec()).await.unwrap();
+    let back = dir.join("put.back");
+    blobs.get_to_file("shared/put", &back).await.unwrap();
+    assert_eq!(std::fs::read(&back).unwrap(), b"bytes");
+    blobs
+        .put_file("shared/put", &dir.join("small"))
+        .await
+        .unwrap();
+    assert_eq!(
+        blobs.get("shared/put").await.unwrap(),
+        small,
+        "put_file replaces"
+    );
+    assert_eq!(
+        sorted(&blobs, "shared").await,
+        ["shared/empty", "shared/large", "shared/put", "shared/small"]
+    );
+    let err = blobs
+        .get_to_file("shared/never", &dir.join("never"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StorageError::Missing { path } if *path == blobs.path_of("shared/never")),
+        "get_to_file of an absent key: {err}"
+    );
+    for key in ["shared/empty", "shared/large", "shared/put", "shared/small"] {
+        blobs.delete(key).await.unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 async fn blobs_are_put_got_listed_and_deleted<B: BlobStore>(blobs: B) {

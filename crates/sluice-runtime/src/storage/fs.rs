@@ -1,5 +1,6 @@
-//! Blocking file-system helpers of the local blob store: files written by atomic rename and
-//! fsync, reads, recursive listing, and removal that takes emptied directories with it. Only
+//! Blocking file-system helpers of the local blob store: files written (or linked, or copied)
+//! by atomic rename and fsync, reads, recursive listing, and removal that takes emptied
+//! directories with it. Only
 //! ever called from `spawn_blocking` (or from synchronous configuration code).
 
 use super::StorageError;
@@ -29,6 +30,42 @@ fn hidden(name: &str) -> bool {
 /// made durable), the bytes go to a temporary file that is fsynced and renamed over `path`,
 /// and the directory is fsynced so that the rename is durable too.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    replace_atomically(path, |tmp| {
+        let mut file = File::create(tmp).map_err(|e| StorageError::io("create", tmp, e))?;
+        file.write_all(bytes)
+            .map_err(|e| StorageError::io("write", tmp, e))?;
+        file.sync_all()
+            .map_err(|e| StorageError::io("fsync", tmp, e))
+    })
+}
+
+/// Puts the content of the file `source` at `path`, as [`write_atomically`] does, without
+/// reading it into memory: a hard link when both are on one file system (for files never
+/// changed in place, such as a keyed store's table files), else a copy, fsynced.
+pub(crate) fn copy_atomically(source: &Path, path: &Path) -> Result<(), StorageError> {
+    replace_atomically(path, |tmp| {
+        if fs::hard_link(source, tmp).is_ok() {
+            return Ok(());
+        }
+        fs::copy(source, tmp).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound if !source.exists() => StorageError::Missing {
+                path: source.to_path_buf(),
+            },
+            _ => StorageError::io("copy into", tmp, e),
+        })?;
+        File::open(tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| StorageError::io("fsync", tmp, e))
+    })
+}
+
+/// Creates `path`'s directory if needed (durably), lets `fill` write a temporary file next to
+/// `path`, renames it over `path` and fsyncs the directory. The temporary file is removed
+/// when `fill` or the rename fails.
+fn replace_atomically(
+    path: &Path,
+    fill: impl FnOnce(&Path) -> Result<(), StorageError>,
+) -> Result<(), StorageError> {
     if let Some(dir) = path.parent().filter(|d| !d.is_dir()) {
         fs::create_dir_all(dir).map_err(|e| StorageError::io("create directory", dir, e))?;
         // The new directory's entry in its parent (`""` for a relative one: the working
@@ -40,14 +77,9 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StorageE
         }
     }
     let tmp = temp_path(path);
-    let result = (|| {
-        let mut file = File::create(&tmp).map_err(|e| StorageError::io("create", &tmp, e))?;
-        file.write_all(bytes)
-            .map_err(|e| StorageError::io("write", &tmp, e))?;
-        file.sync_all()
-            .map_err(|e| StorageError::io("fsync", &tmp, e))?;
+    let result = fill(&tmp).and_then(|()| {
         fs::rename(&tmp, path).map_err(|e| StorageError::io("rename into", path, e))
-    })();
+    });
     if result.is_err() {
         // Best effort: the temporary file is garbage either way and goes with its directory.
         let _ = fs::remove_file(&tmp);

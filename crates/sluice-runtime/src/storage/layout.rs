@@ -496,18 +496,7 @@ impl<B: BlobStore> CheckpointStorage for BlobCheckpointStorage<B> {
         key: &'a str,
         path: &'a std::path::Path,
     ) -> BoxFuture<'a, Result<(), StorageError>> {
-        Box::pin(async move {
-            let owned = path.to_path_buf();
-            let bytes = tokio::task::spawn_blocking(move || std::fs::read(&owned))
-                .await
-                .map_err(|e| StorageError::Background(e.to_string()))?
-                .map_err(|source| StorageError::Io {
-                    action: "read",
-                    path: path.to_path_buf(),
-                    source,
-                })?;
-            self.blobs.put(&join_key(SHARED_DIR, key), bytes).await
-        })
+        Box::pin(async move { self.blobs.put_file(&join_key(SHARED_DIR, key), path).await })
     }
 
     fn fetch_shared<'a>(
@@ -516,16 +505,9 @@ impl<B: BlobStore> CheckpointStorage for BlobCheckpointStorage<B> {
         path: &'a std::path::Path,
     ) -> BoxFuture<'a, Result<(), StorageError>> {
         Box::pin(async move {
-            let bytes = self.blobs.get(&join_key(SHARED_DIR, key)).await?;
-            let owned = path.to_path_buf();
-            tokio::task::spawn_blocking(move || std::fs::write(&owned, bytes))
+            self.blobs
+                .get_to_file(&join_key(SHARED_DIR, key), path)
                 .await
-                .map_err(|e| StorageError::Background(e.to_string()))?
-                .map_err(|source| StorageError::Io {
-                    action: "write",
-                    path: path.to_path_buf(),
-                    source,
-                })
         })
     }
 

@@ -184,6 +184,27 @@ impl BlobStore for LocalBlobStore {
         let (root, path) = (self.root.clone(), self.file(key));
         Box::pin(blocking(move || sfs::remove_file(&root, &path)))
     }
+
+    /// A hard link to `path` where it shares the file system (a table file is never changed in
+    /// place, so storage and store may share it), else a copy; never read into memory.
+    fn put_file<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        let (source, target) = (path.to_path_buf(), self.file(key));
+        Box::pin(blocking(move || sfs::copy_atomically(&source, &target)))
+    }
+
+    /// A hard link or a copy, as [`put_file`](Self::put_file).
+    fn get_to_file<'a>(
+        &'a self,
+        key: &'a str,
+        path: &'a Path,
+    ) -> BoxFuture<'a, Result<(), StorageError>> {
+        let (source, target) = (self.file(key), path.to_path_buf());
+        Box::pin(blocking(move || sfs::copy_atomically(&source, &target)))
+    }
 }
 
 /// Checkpoint storage in a local directory: the checkpoint layout over a [`LocalBlobStore`].
