@@ -140,10 +140,11 @@ fn checkpoint_files_are_listed_with_their_lengths_and_table_files_are_links() {
     }
 }
 
-/// The `compaction` style a store was opened with, as RocksDB wrote it in its OPTIONS file.
-fn compaction_style_of(dir: &std::path::Path) -> String {
+/// The values of option `name` in the OPTIONS files RocksDB wrote below `dir`, deduplicated.
+fn option_values(dir: &std::path::Path, name: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
+    let prefix = format!("{name}=");
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
@@ -158,7 +159,7 @@ fn compaction_style_of(dir: &std::path::Path) -> String {
                 let text = std::fs::read_to_string(&p).unwrap();
                 found.extend(
                     text.lines()
-                        .filter_map(|l| l.trim().strip_prefix("compaction_style="))
+                        .filter_map(|l| l.trim().strip_prefix(prefix.as_str()))
                         .map(str::to_string),
                 );
             }
@@ -166,8 +167,7 @@ fn compaction_style_of(dir: &std::path::Path) -> String {
     }
     found.sort();
     found.dedup();
-    assert_eq!(found.len(), 1, "{found:?}");
-    found.remove(0)
+    found
 }
 
 #[test]
@@ -175,15 +175,26 @@ fn stores_compact_universally_unless_told_to_level() {
     let dir = tempfile::tempdir().unwrap();
     let universal = RocksDbStateBackend::new(dir.path().join("u"));
     let _store = universal.open(&scope(0, 1, 0)).unwrap();
+    let u = dir.path().join("u");
     assert_eq!(
-        compaction_style_of(&dir.path().join("u")),
-        "kCompactionStyleUniversal"
+        option_values(&u, "compaction_style"),
+        ["kCompactionStyleUniversal"]
+    );
+    // Merges wait for eight sorted runs and take at least four.
+    assert_eq!(
+        option_values(&u, "level0_file_num_compaction_trigger"),
+        ["8"]
+    );
+    let universal_options = option_values(&u, "compaction_options_universal");
+    assert!(
+        universal_options.len() == 1 && universal_options[0].contains("min_merge_width=4;"),
+        "{universal_options:?}"
     );
     let leveled = RocksDbStateBackend::new(dir.path().join("l"))
         .compaction(sluice_rocksdb::Compaction::Leveled);
     let _store = leveled.open(&scope(0, 1, 0)).unwrap();
     assert_eq!(
-        compaction_style_of(&dir.path().join("l")),
-        "kCompactionStyleLevel"
+        option_values(&dir.path().join("l"), "compaction_style"),
+        ["kCompactionStyleLevel"]
     );
 }
