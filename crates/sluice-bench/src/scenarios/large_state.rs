@@ -5,10 +5,19 @@
 //!   quarter for decoded values holds them all): the records/s of writing every key once and
 //!   then of three random updates per key, RocksDB against the heap (goal ≥ 0.5);
 //! - `large` and `large-x2`: state about 10× (and 20×) the budget: peak RSS against the budget;
-//!   after a first checkpoint, four intervals each update as many keys as 1 % of `large` holds
+//!   after a first checkpoint, sixteen intervals each update as many keys as 1 % of `large` holds
 //!   and end in a checkpoint: the bytes each wrote against the whole state (goal ≤ 5 %), and
 //!   their mean duration at twice the state with the same change (goal ≤ 1.2×); and the time a
-//!   new process takes to restore the state from the local checkpoint directory.
+//!   new process takes to restore the state from the local checkpoint directory; universal
+//!   compaction (the backend's default), and `large-leveled` the large case again with leveled
+//!   compaction beside it;
+//! - `large-s3` (with `--s3-endpoint` or `SLUICE_S3_ENDPOINT`, which `source .ci/s3` sets): the
+//!   large case with its checkpoints in a bucket of that S3-compatible store, for the restore
+//!   time from object storage beside the local one;
+//! - `flink` (with `--flink`): the large case's job in Apache Flink 2.3.0
+//!   (`flink/LargeStateFlink.java`, a MiniCluster in a fresh JVM) with its RocksDB state backend,
+//!   incremental checkpoints and the same memory budget as its managed memory: throughput and
+//!   checkpoint duration, sluice against Flink (goal ≥ 5× throughput, shorter checkpoints).
 //!
 //! The job: a generator → `key_by` → a `KeyedProcessFunction` whose state per key is a value of
 //! `--value-bytes` bytes (100 by default). Record `i < keys` writes key `i`; later records
@@ -20,7 +29,7 @@ use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 use sluice::prelude::*;
 use sluice::process::{Context, KeyedProcessFunction};
-use sluice_rocksdb::RocksDbStateBackend;
+use sluice_rocksdb::{Compaction, RocksDbStateBackend};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -29,6 +38,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 const MIB: u64 = 1 << 20;
+/// Intervals of the large cases: enough for the larger merges to come due.
+const INTERVALS: u32 = 16;
 
 /// Flags of `large-state`.
 #[derive(clap::Args, Debug)]
@@ -38,6 +49,15 @@ pub struct Args {
     /// Bytes of each key's value.
     #[arg(long, default_value_t = 100)]
     value_bytes: usize,
+    /// An S3-compatible endpoint (`source .ci/s3` sets it): the large case runs once more with
+    /// its checkpoints in a bucket there, for the restore time from object storage.
+    #[arg(long, env = "SLUICE_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
+    /// Run the same job in Apache Flink as well (installed from PyPI into `target/flink-venv`
+    /// on first use). Off by default: its first full run is not yet understood (see
+    /// BENCHMARKS.md).
+    #[arg(long)]
+    flink: bool,
 }
 
 /// Flags of the hidden `large-state-probe`: one case in this process.
@@ -53,8 +73,11 @@ pub struct ProbeArgs {
     #[arg(long)]
     updates: u64,
     /// With `--checkpoints`: intervals of `--updates` updates, each ending in a checkpoint.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 8)]
     intervals: u32,
+    /// RocksDB's compaction: `universal` (the backend's default) or `leveled`.
+    #[arg(long, default_value = "universal")]
+    compaction: String,
     /// Bytes per value.
     #[arg(long)]
     value_bytes: usize,
@@ -67,6 +90,10 @@ pub struct ProbeArgs {
     /// Where the state and checkpoints go.
     #[arg(long)]
     dir: PathBuf,
+    /// Checkpoint storage elsewhere than `<dir>/checkpoints` (an `s3://` URL; the bytes per
+    /// checkpoint are then not counted).
+    #[arg(long)]
+    storage: Option<String>,
 }
 
 /// What one probe reports, as one JSON line.
@@ -105,6 +132,72 @@ impl Probe {
             .map(|i| i.written_bytes as f64 / i.state_bytes.max(1) as f64)
             .collect()
     }
+}
+
+/// What `LargeStateFlink` reports, as one JSON line (the fields used here).
+#[derive(Debug, Deserialize)]
+struct FlinkProbe {
+    load_per_s: f64,
+    update_per_s: f64,
+    first_checkpoint_ms: f64,
+    /// Per interval: trigger to completion, as sluice's are timed.
+    checkpoint_ms: Vec<f64>,
+    /// Per interval: Flink's own `checkpointed_size` (what the checkpoint uploaded).
+    checkpointed_bytes: Vec<u64>,
+    /// Per interval: Flink's `state_size` (the whole state the checkpoint refers to).
+    state_bytes: Vec<u64>,
+    peak_rss_kib: u64,
+    cpu_s: f64,
+}
+
+/// Runs the large case's job in Flink: `LargeStateFlink` in a fresh JVM.
+fn run_flink(
+    keys: u64,
+    updates: u64,
+    value_bytes: usize,
+    budget_mib: u64,
+    dir: &Path,
+) -> anyhow::Result<FlinkProbe> {
+    use super::nexmark::flink::Flink;
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    let work = target.join("large-state-flink");
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let flink = Flink::prepare_class(&target, &work, "LargeStateFlink")?;
+    let log = flink.logs().join("flink-large-state.log");
+    let stderr =
+        std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    eprintln!(
+        "... the large case in Flink 2.3.0 on {} (log: {})",
+        Flink::java_version(),
+        log.display()
+    );
+    let output = flink
+        .java("LargeStateFlink")
+        .args(["--keys", &keys.to_string()])
+        .args(["--updates", &updates.to_string()])
+        .args(["--intervals", &INTERVALS.to_string()])
+        .args(["--value-bytes", &value_bytes.to_string()])
+        .args(["--budget-mib", &budget_mib.to_string()])
+        // As sluice's generator: records flow on while a checkpoint runs.
+        .args(["--pause", "false"])
+        .arg("--dir")
+        .arg(dir)
+        .stderr(stderr)
+        .output()
+        .context("starting java")?;
+    if !output.status.success() {
+        bail!(
+            "Flink's large-state job failed ({}); see {}",
+            output.status,
+            log.display()
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .last()
+        .with_context(|| format!("Flink printed nothing; see {}", log.display()))?;
+    serde_json::from_str(line).with_context(|| format!("parsing Flink's line {line:?}"))
 }
 
 /// Keeps a value of `bytes` bytes per key; counts what it processed and signals marks.
@@ -147,11 +240,19 @@ fn key_of(i: u64, keys: u64) -> u64 {
 fn backend(args: &ProbeArgs) -> anyhow::Result<Option<RocksDbStateBackend>> {
     match args.backend.as_str() {
         "heap" => Ok(None),
-        "rocksdb" => Ok(Some(
-            RocksDbStateBackend::new(args.dir.join("state"))
-                .memory_budget((args.budget_mib * MIB) as usize)
-                .incremental(true),
-        )),
+        "rocksdb" => {
+            let compaction = match args.compaction.as_str() {
+                "universal" => Compaction::Universal,
+                "leveled" => Compaction::Leveled,
+                other => bail!("--compaction {other:?}: expected universal or leveled"),
+            };
+            Ok(Some(
+                RocksDbStateBackend::new(args.dir.join("state"))
+                    .memory_budget((args.budget_mib * MIB) as usize)
+                    .incremental(true)
+                    .compaction(compaction),
+            ))
+        }
         other => bail!("--backend {other:?}: expected heap or rocksdb"),
     }
 }
@@ -175,7 +276,7 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
     env.set_checkpoint_settings(
         CheckpointSettings::every(Duration::from_secs(3600)).with_retained(2),
     );
-    env.set_checkpoint_storage(&checkpoints);
+    set_storage(&env, args, &checkpoints)?;
     if let Some(b) = backend(args)? {
         env.set_state_backend(b);
     }
@@ -231,7 +332,10 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
         updating += start.elapsed();
         if let Some(before) = previous {
             let (id, checkpoint_ms) = checkpoint().await?;
-            let (state_bytes, written_bytes) = checkpoint_bytes(&checkpoints, before, id)?;
+            let (state_bytes, written_bytes) = match args.storage {
+                Some(_) => (0, 0),
+                None => checkpoint_bytes(&checkpoints, before, id)?,
+            };
             probe.intervals.push(Interval {
                 checkpoint_ms,
                 written_bytes,
@@ -252,7 +356,13 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
         // Without checkpointing: a final checkpoint would wait for the next interval.
         let env = StreamEnvironment::new();
         env.set_parallelism(1);
-        env.restore_from(&checkpoints);
+        if args.storage.is_some() {
+            env.set_checkpoint_settings(CheckpointSettings::every(Duration::from_secs(3600)));
+            set_storage(&env, args, &checkpoints)?;
+            env.resume_from_latest_checkpoint();
+        } else {
+            env.restore_from(&checkpoints);
+        }
         if let Some(b) = backend(args)? {
             env.set_state_backend(b);
         }
@@ -271,6 +381,27 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
         probe.restore_ms = t.elapsed().as_secs_f64() * 1e3;
     }
     Ok(probe)
+}
+
+/// Checkpoints to `args.storage` (an object store URL, its S3 options from the `AWS_*`
+/// variables) or else to the local `dir`.
+fn set_storage(env: &StreamEnvironment, args: &ProbeArgs, dir: &Path) -> anyhow::Result<()> {
+    match &args.storage {
+        Some(url) => {
+            let storage = sluice_object_store::ObjectStoreCheckpointStorage::from_url(
+                url,
+                sluice_object_store::ObjectStoreCheckpointStorage::aws_options_from_env(),
+                // Two, as `with_retained(2)` above.
+                std::num::NonZeroUsize::MIN.saturating_add(1),
+            )
+            .with_context(|| format!("checkpoint storage {url}"))?;
+            env.set_checkpoint_storage_backend(Arc::new(storage));
+        }
+        None => {
+            env.set_checkpoint_storage(dir);
+        }
+    }
+    Ok(())
 }
 
 /// The bytes of the state at checkpoint `second` (the table files it refers to) and the bytes
@@ -304,12 +435,17 @@ fn checkpoint_bytes(
     Ok((state, written))
 }
 
-/// Starts a probe process for one case.
+/// Starts a probe process for one case, with `env` set.
 fn run_probe(args: &[String]) -> anyhow::Result<Probe> {
+    run_probe_with(args, &[])
+}
+
+fn run_probe_with(args: &[String], env: &[(&str, String)]) -> anyhow::Result<Probe> {
     let exe = std::env::current_exe().context("locating the bench executable")?;
     let output = Command::new(exe)
         .arg("large-state-probe")
         .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .context("starting the large-state probe")?;
     if !output.status.success() {
@@ -405,8 +541,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     // twice the state, so that the doubling measures what the size of the state adds.
     let updates = (large_keys / 100).max(1);
     let mut large = Vec::new();
-    for (name, keys) in [("large", large_keys), ("large-x2", 2 * large_keys)] {
-        let p = run_probe(&case_args(
+    // The last case is the first with leveled compaction, beside the default universal.
+    for (name, keys, compaction) in [
+        ("large", large_keys, "universal"),
+        ("large-x2", 2 * large_keys, "universal"),
+        ("large-leveled", large_keys, "leveled"),
+    ] {
+        let mut a = case_args(
             "rocksdb",
             keys,
             updates,
@@ -414,10 +555,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             large_budget,
             true,
             &fresh(name)?,
-        ))?;
+        );
+        a.extend([
+            "--compaction".into(),
+            compaction.into(),
+            "--intervals".into(),
+            INTERVALS.to_string(),
+        ]);
+        let p = run_probe(&a)?;
         let shares = p.shares();
         rows.push(serde_json::json!({
             "scenario": "large-state", "case": name, "keys": keys, "budget_mib": large_budget,
+            "compaction": compaction,
             "updates_per_interval": updates,
             "state_mib": p.state_bytes as f64 / MIB as f64,
             "load_per_s": p.load_per_s, "update_per_s": p.update_per_s,
@@ -432,6 +581,67 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "restore_ms": p.restore_ms,
         }));
         large.push(p);
+    }
+    if let Some(endpoint) = &args.s3_endpoint {
+        // The large case again, its checkpoints in a bucket: the restore fetches every table
+        // file from the object store.
+        let bucket = format!("large-state-{}", std::process::id());
+        sluice_runtime::testing::create_s3_bucket(endpoint, &bucket)
+            .with_context(|| format!("creating bucket {bucket} at {endpoint}"))?;
+        let mut a = case_args(
+            "rocksdb",
+            large_keys,
+            updates,
+            vb,
+            large_budget,
+            true,
+            &fresh("large-s3")?,
+        );
+        a.extend(["--storage".into(), format!("s3://{bucket}/large")]);
+        let s3 = [
+            ("AWS_ENDPOINT", endpoint.clone()),
+            ("AWS_ALLOW_HTTP", "true".to_string()),
+            ("AWS_ACCESS_KEY_ID", "test".to_string()),
+            ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
+            ("AWS_REGION", "us-east-1".to_string()),
+        ];
+        let p = run_probe_with(&a, &s3)?;
+        rows.push(serde_json::json!({
+            "scenario": "large-state", "case": "large-s3", "keys": large_keys,
+            "budget_mib": large_budget, "endpoint": endpoint,
+            "first_checkpoint_ms": p.first_checkpoint_ms,
+            "checkpoint_ms": p.intervals.iter().map(|i| i.checkpoint_ms).collect::<Vec<_>>(),
+            "mean_checkpoint_ms": p.mean_checkpoint_ms(),
+            "peak_rss_mib": p.peak_rss_mib,
+            "restore_ms": p.restore_ms,
+            "restore_vs_local": p.restore_ms / large[0].restore_ms.max(1e-9),
+        }));
+    }
+    if args.flink {
+        let f = run_flink(large_keys, updates, vb, large_budget, &fresh("flink")?)?;
+        let shares: Vec<f64> = f
+            .checkpointed_bytes
+            .iter()
+            .zip(&f.state_bytes)
+            .map(|(w, s)| *w as f64 / (*s).max(1) as f64)
+            .collect();
+        let mean_ms = f.checkpoint_ms.iter().sum::<f64>() / f.checkpoint_ms.len().max(1) as f64;
+        let sluice = &large[0];
+        rows.push(serde_json::json!({
+            "scenario": "large-state", "case": "flink", "keys": large_keys,
+            "budget_mib": large_budget, "updates_per_interval": updates,
+            "state_mib": f.state_bytes.last().copied().unwrap_or(0) as f64 / MIB as f64,
+            "load_per_s": f.load_per_s, "update_per_s": f.update_per_s,
+            "peak_rss_mib": f.peak_rss_kib as f64 / 1024.0, "cpu_s": f.cpu_s,
+            "first_checkpoint_ms": f.first_checkpoint_ms,
+            "checkpoint_ms": f.checkpoint_ms,
+            "mean_checkpoint_ms": mean_ms,
+            "checkpoint_share": shares,
+            "mean_checkpoint_share": shares.iter().sum::<f64>() / shares.len().max(1) as f64,
+            "sluice_over_flink_load": sluice.load_per_s / f.load_per_s.max(1e-9),
+            "sluice_over_flink_update": sluice.update_per_s / f.update_per_s.max(1e-9),
+            "flink_over_sluice_checkpoint_ms": mean_ms / sluice.mean_checkpoint_ms().max(1e-9),
+        }));
     }
     rows.push(serde_json::json!({
         "scenario": "large-state", "case": "doubling",

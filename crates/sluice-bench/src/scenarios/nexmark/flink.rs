@@ -33,7 +33,8 @@ const JAVA_FLAGS: [&str; 16] = [
     "--add-opens=java.base/java.util.concurrent.locks=ALL-UNNAMED",
 ];
 
-/// A Flink installation with `NexmarkFlink` compiled against it.
+/// A Flink installation with a bench class (`NexmarkFlink`, `LargeStateFlink`) compiled
+/// against it.
 pub struct Flink {
     lib: PathBuf,
     classes: PathBuf,
@@ -67,6 +68,12 @@ impl Flink {
     /// Finds (or installs) Flink and compiles `NexmarkFlink.java` into `work/classes` when the
     /// source is newer than its class.
     pub fn prepare(target: &Path, work: &Path) -> anyhow::Result<Flink> {
+        Self::prepare_class(target, work, "NexmarkFlink")
+    }
+
+    /// Finds (or installs) Flink and compiles `flink/<class>.java` into `work/classes` when the
+    /// source is newer than its class.
+    pub fn prepare_class(target: &Path, work: &Path, class_name: &str) -> anyhow::Result<Flink> {
         let venv = std::env::var_os("FLINK_VENV")
             .map(PathBuf::from)
             .unwrap_or_else(|| target.join("flink-venv"));
@@ -99,9 +106,9 @@ impl Flink {
                 })?
             }
         };
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("flink/NexmarkFlink.java");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("flink/{class_name}.java"));
         let classes = work.join("classes");
-        let class = classes.join("NexmarkFlink.class");
+        let class = classes.join(format!("{class_name}.class"));
         if modified(&class).is_none_or(|c| modified(&source).is_none_or(|s| s > c)) {
             eprintln!("... compiling {}", source.display());
             std::fs::create_dir_all(&classes)
@@ -113,12 +120,31 @@ impl Flink {
                     .arg("-d")
                     .arg(&classes)
                     .arg(&source),
-                "javac NexmarkFlink.java",
+                &format!("javac {class_name}.java"),
             )?;
         }
         let logs = work.join("logs");
         std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
         Ok(Flink { lib, classes, logs })
+    }
+
+    /// A `java` command with Flink's flags and class path that runs `class_name`.
+    pub fn java(&self, class_name: &str) -> Command {
+        let mut cmd = Command::new("java");
+        cmd.args(JAVA_FLAGS)
+            .arg("-cp")
+            .arg(format!(
+                "{}:{}/*",
+                self.classes.display(),
+                self.lib.display()
+            ))
+            .arg(class_name);
+        cmd
+    }
+
+    /// Where the JVMs' logs go.
+    pub fn logs(&self) -> &Path {
+        &self.logs
     }
 
     /// `java -version`'s first line.
@@ -149,15 +175,8 @@ impl Flink {
         let stderr =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let start = Instant::now();
-        let output = Command::new("java")
-            .args(JAVA_FLAGS)
-            .arg("-cp")
-            .arg(format!(
-                "{}:{}/*",
-                self.classes.display(),
-                self.lib.display()
-            ))
-            .arg("NexmarkFlink")
+        let output = self
+            .java("NexmarkFlink")
             .arg("--events")
             .arg(events)
             .arg("--query")
