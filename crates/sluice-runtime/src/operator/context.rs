@@ -199,6 +199,28 @@ impl OperatorContext {
         Ok(())
     }
 
+    /// Moves `timers` into this subtask's keyed store when the job's state backend has one (see
+    /// `InternalTimers::attach`); on the heap it does nothing. Keyed operators with timers call
+    /// it in `open`, after `initialize_state` restored them.
+    pub(crate) fn attach_timers<K, N>(
+        &self,
+        timers: &mut crate::timer::InternalTimers<K, N>,
+    ) -> Result<(), StoreError>
+    where
+        K: Hash + Eq + Clone + Serialize + DeserializeOwned,
+        N: Hash + Eq + Clone + Serialize + DeserializeOwned,
+    {
+        if let Some((store, _)) = self.keyed_store()? {
+            let groups = crate::key_groups::key_group_range(
+                self.subtask_index(),
+                self.max_parallelism(),
+                self.parallelism(),
+            );
+            timers.attach(store, self.max_parallelism(), groups, &self.describe())?;
+        }
+        Ok(())
+    }
+
     /// Before `initialize_state`: remembers the keyed store files in `state` for the store to
     /// open from. Refused when they need a store backend the job does not have.
     pub(crate) fn restore_stores(&self, state: &crate::state::OperatorState) -> Result<(), String> {

@@ -725,6 +725,7 @@ where
         self.timers.set_clock(ProcessingClock::new());
         self.clock = ProcessingClock::new();
         ctx.attach_keyed_state(&mut self.state)?;
+        ctx.attach_timers(&mut self.timers)?;
         self.func.open(ctx)
     }
 

@@ -341,6 +341,7 @@ where
         self.max_parallelism = ctx.max_parallelism();
         ctx.attach_keyed_state(&mut self.left)?;
         ctx.attach_keyed_state(&mut self.right)?;
+        ctx.attach_timers(&mut self.timers)?;
         self.func.open(ctx)
     }
 
@@ -423,6 +424,7 @@ where
             store_failure(&mut self.left)?;
             store_failure(&mut self.right)?;
         }
+        self.timers.check()?;
         Ok(())
     }
 

@@ -100,6 +100,7 @@ where
         self.max_parallelism = ctx.max_parallelism();
         self.timers.set_clock(ProcessingClock::new());
         ctx.attach_keyed_state(&mut self.state)?;
+        ctx.attach_timers(&mut self.timers)?;
         self.func.open(ctx)
     }
 
@@ -122,6 +123,7 @@ where
             };
             self.func.process_element(record, &mut ctx)?;
             store_failure(&mut self.state)?;
+            self.timers.check()?;
         }
         Ok(())
     }

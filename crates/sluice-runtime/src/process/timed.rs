@@ -3,6 +3,7 @@
 
 use crate::operator::Collector;
 use crate::timer::{InternalTimers, Timer};
+use serde::{Serialize, de::DeserializeOwned};
 use sluice_core::{UserError, Watermark};
 use std::hash::Hash;
 use std::task::{Context, Poll};
@@ -11,7 +12,11 @@ use std::task::{Context, Poll};
 /// `Operator` implementation calls [`fire_event_timers`](TimedOperator::fire_event_timers)
 /// from `process_watermark` and [`fire_processing_timers`](TimedOperator::fire_processing_timers)
 /// from `poll_pending`.
-pub(crate) trait TimedOperator<K: Hash + Eq + Clone, N: Hash + Eq + Clone, Out> {
+pub(crate) trait TimedOperator<K, N, Out>
+where
+    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
+    N: Hash + Eq + Clone + Serialize + DeserializeOwned,
+{
     /// The operator's timers.
     fn timers(&mut self) -> &mut InternalTimers<K, N>;
 
@@ -28,6 +33,9 @@ pub(crate) trait TimedOperator<K: Hash + Eq + Clone, N: Hash + Eq + Clone, Out> 
         self.timers().advance_watermark(watermark);
         while let Some(timer) = self.timers().pop_event_timer() {
             self.on_timer(timer, out)?;
+        }
+        if let Some(e) = self.timers().take_error() {
+            return Err(e.into());
         }
         out.emit_watermark(watermark);
         Ok(())
@@ -46,6 +54,9 @@ pub(crate) trait TimedOperator<K: Hash + Eq + Clone, N: Hash + Eq + Clone, Out> 
             if let Err(e) = self.on_timer(timer, out) {
                 return Poll::Ready(Err(e));
             }
+        }
+        if let Some(e) = self.timers().take_error() {
+            return Poll::Ready(Err(e.into()));
         }
         Poll::Ready(Ok(()))
     }

@@ -399,6 +399,76 @@ where
         matches!(self.tier, Tier::Store(_))
     }
 
+    /// Whether the state is in front of a store whose snapshots are its files (so a snapshot
+    /// writes no entries of it).
+    pub(crate) fn incremental(&self) -> bool {
+        match &self.tier {
+            Tier::Heap(_) => false,
+            Tier::Store(s) => s.store.incremental(),
+        }
+    }
+
+    /// Writes the changed values back to the store (nothing on the heap).
+    pub(crate) fn flush(&mut self) -> Result<(), StoreError> {
+        match &mut self.tier {
+            Tier::Heap(_) => Ok(()),
+            Tier::Store(s) => s.write_back(&self.name, false),
+        }
+    }
+
+    /// With a store: writes back, then calls `f` with each stored key (its encoding after the
+    /// key-group and state prefix) and value of key group `group`, from the encoded key `from`
+    /// on, in key order, until `f` returns false. On the heap it calls nothing: for states whose
+    /// keys encode what is scanned for first (a window, then the key).
+    pub(crate) fn scan_stored(
+        &mut self,
+        group: usize,
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let Tier::Store(s) = &mut self.tier else {
+            return Ok(());
+        };
+        s.write_back(&self.name, false)?;
+        let prefix = key_prefix(group, s.id);
+        let mut start = prefix.to_vec();
+        start.extend_from_slice(from);
+        s.store.scan(&start, &prefix_end(&prefix), &mut |k, v| {
+            f(&k[prefix.len()..], v)
+        })
+    }
+
+    /// Sets (`Some`) or removes (`None`) the values of keys whose values the caller knows
+    /// already (it just scanned them): with a store, in one batch and without reading them
+    /// first.
+    pub(crate) fn write_through(&mut self, writes: Vec<(K, Option<V>)>) -> Result<(), StateError> {
+        match &mut self.tier {
+            Tier::Heap(m) => {
+                for (k, v) in writes {
+                    match v {
+                        Some(v) => m.insert(k, v),
+                        None => m.remove(&k),
+                    };
+                }
+            }
+            Tier::Store(s) => {
+                let mut batch = Vec::with_capacity(writes.len());
+                for (k, v) in writes {
+                    batch.push((
+                        store_key(s.max_parallelism, s.id, &k)?,
+                        v.map(|v| codec::encode(&v)).transpose()?,
+                    ));
+                    s.cache.remove(&k);
+                }
+                if !batch.is_empty() {
+                    s.store.write(batch)?;
+                    s.stored = true;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The first store failure since the last call, if any. With a store, the reading methods
     /// cannot return one: they act as if the key had no value and keep the failure here, and
     /// the operator fails with it after the user code that saw it returns.

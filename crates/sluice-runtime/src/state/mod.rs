@@ -26,6 +26,7 @@ pub use backend::{
     KeyedStateBackend, KeyedStore, MemoryStateBackend, StateBackend, StoreError, StoreFiles,
     StoreScope, StoreStats, StoreWrite,
 };
+pub(crate) use backend::{key_prefix, prefix_end, state_id};
 pub use keyed::{MapState, ValueState};
 pub use list::ListState;
 pub(crate) use redistribute::redistribute;

@@ -7,6 +7,9 @@
 //! - [`InternalTimers`] (`service.rs`): both domains of one operator, the current watermark and
 //!   processing time, snapshots by key group and restores, and the one tokio timer that wakes
 //!   the operator for the earliest processing-time timer.
+//! - [`StoredTimers`](stored::StoredTimers) (`stored.rs`): one domain's timers in the job's keyed
+//!   store instead, when the job has a store backend (Flink's RocksDB timers); `InternalTimers`
+//!   moves its timers there when the operator attaches it.
 //! - [`ProcessingClock`] (`clock.rs`): processing time in milliseconds since the Unix epoch,
 //!   read from tokio's clock so that tests can pause and advance it.
 //!
@@ -18,6 +21,7 @@
 mod clock;
 mod queue;
 mod service;
+mod stored;
 
 pub(crate) use clock::ProcessingClock;
 pub(crate) use queue::TimerQueue;

@@ -1,16 +1,19 @@
 //! [`InternalTimers`]: both time domains of one keyed operator subtask, their checkpointed form,
 //! and the tokio timer behind processing time.
 
+use super::stored::StoredTimers;
 use super::{ProcessingClock, TimerQueue};
 use crate::key_groups::key_group;
-use crate::state::{KeyGroupEntry, OperatorState};
+use crate::state::{KeyGroupEntry, KeyedStore, OperatorState, StateError, StoreError, state_id};
 use rustc_hash::FxHashMap;
 use serde::{Serialize, de::DeserializeOwned};
 use sluice_core::Watermark;
-use sluice_core::codec::{self, CodecError};
+use sluice_core::codec;
 use std::future::Future;
 use std::hash::Hash;
+use std::ops::Range;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Context;
 use tokio::time::Sleep;
 
@@ -62,6 +65,9 @@ pub(crate) struct InternalTimers<K, N> {
     name: String,
     event: TimerQueue<K, N>,
     processing: TimerQueue<K, N>,
+    /// Once [`attach`](Self::attach)ed: both domains in the keyed store instead (the heap
+    /// queues above stay empty).
+    stored: Option<Box<Stored<K, N>>>,
     watermark: i64,
     clock: ProcessingClock,
     sleep: Option<Pin<Box<Sleep>>>,
@@ -74,15 +80,47 @@ impl<K, N> std::fmt::Debug for InternalTimers<K, N> {
             .field("name", &self.name)
             .field("event_timers", &self.event.len())
             .field("processing_timers", &self.processing.len())
+            .field("stored", &self.stored.is_some())
             .field("watermark", &self.watermark)
             .finish()
     }
 }
 
+/// Both domains' timers in a keyed store, and the first store failure not yet taken.
+struct Stored<K, N> {
+    event: StoredTimers<K, N>,
+    processing: StoredTimers<K, N>,
+    /// Whether snapshots are the store's files (nothing to write as keyed entries).
+    incremental: bool,
+    error: Option<StoreError>,
+}
+
+impl<K, N> Stored<K, N> {
+    fn domain(&mut self, domain: TimeDomain) -> &mut StoredTimers<K, N> {
+        match domain {
+            TimeDomain::EventTime => &mut self.event,
+            TimeDomain::ProcessingTime => &mut self.processing,
+        }
+    }
+
+    /// `result`'s value, or `fallback` with its failure kept for the operator.
+    fn keep<T>(&mut self, result: Result<T, StoreError>, fallback: T) -> T {
+        match result {
+            Ok(v) => v,
+            Err(e) => {
+                if self.error.is_none() {
+                    self.error = Some(e);
+                }
+                fallback
+            }
+        }
+    }
+}
+
 impl<K, N> InternalTimers<K, N>
 where
-    K: Hash + Eq + Clone,
-    N: Hash + Eq + Clone,
+    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
+    N: Hash + Eq + Clone + Serialize + DeserializeOwned,
 {
     /// An empty timer service named `name` (unique within its operator).
     pub(crate) fn new(name: &str) -> Self {
@@ -90,6 +128,7 @@ where
             name: name.to_string(),
             event: TimerQueue::default(),
             processing: TimerQueue::default(),
+            stored: None,
             watermark: i64::MIN,
             clock: ProcessingClock::new(),
             sleep: None,
@@ -121,7 +160,7 @@ where
         namespace: N,
         timestamp: i64,
     ) -> bool {
-        self.event.register(key, namespace, timestamp)
+        self.register(TimeDomain::EventTime, key, namespace, timestamp)
     }
 
     /// Deletes an event-time timer (a no-op if it does not exist).
@@ -131,7 +170,7 @@ where
         namespace: &N,
         timestamp: i64,
     ) -> bool {
-        self.event.delete(key, namespace, timestamp)
+        self.delete(TimeDomain::EventTime, key, namespace, timestamp)
     }
 
     /// Registers a processing-time timer (a no-op if it exists).
@@ -141,7 +180,7 @@ where
         namespace: N,
         timestamp: i64,
     ) -> bool {
-        self.processing.register(key, namespace, timestamp)
+        self.register(TimeDomain::ProcessingTime, key, namespace, timestamp)
     }
 
     /// Deletes a processing-time timer (a no-op if it does not exist).
@@ -151,7 +190,113 @@ where
         namespace: &N,
         timestamp: i64,
     ) -> bool {
-        self.processing.delete(key, namespace, timestamp)
+        self.delete(TimeDomain::ProcessingTime, key, namespace, timestamp)
+    }
+
+    fn register(&mut self, domain: TimeDomain, key: K, namespace: N, timestamp: i64) -> bool {
+        match &mut self.stored {
+            Some(s) => {
+                let r = s.domain(domain).register(&key, &namespace, timestamp);
+                s.keep(r.map(|()| true), false)
+            }
+            None => match domain {
+                TimeDomain::EventTime => self.event.register(key, namespace, timestamp),
+                TimeDomain::ProcessingTime => self.processing.register(key, namespace, timestamp),
+            },
+        }
+    }
+
+    fn delete(&mut self, domain: TimeDomain, key: &K, namespace: &N, timestamp: i64) -> bool {
+        match &mut self.stored {
+            Some(s) => {
+                let r = s.domain(domain).delete(key, namespace, timestamp);
+                s.keep(r.map(|()| true), false)
+            }
+            None => match domain {
+                TimeDomain::EventTime => self.event.delete(key, namespace, timestamp),
+                TimeDomain::ProcessingTime => self.processing.delete(key, namespace, timestamp),
+            },
+        }
+    }
+
+    fn pop_due(&mut self, domain: TimeDomain, time: i64) -> Option<(K, N, i64)> {
+        match &mut self.stored {
+            Some(s) => {
+                let r = s.domain(domain).pop_due(time);
+                s.keep(r, None)
+            }
+            None => match domain {
+                TimeDomain::EventTime => self.event.pop_due(time),
+                TimeDomain::ProcessingTime => self.processing.pop_due(time),
+            },
+        }
+    }
+
+    /// Moves every timer into `store` (the job's keyed store of this subtask, which owns key
+    /// groups `groups`; `operator` names it in errors): from now on the timers live there, with
+    /// only a bound per key group in memory. Timers restored from the store's own files are
+    /// there already. Attaching twice keeps the first store.
+    pub(crate) fn attach(
+        &mut self,
+        store: Arc<dyn KeyedStore>,
+        max_parallelism: usize,
+        groups: Range<usize>,
+        operator: &str,
+    ) -> Result<(), StoreError> {
+        if self.stored.is_some() {
+            return Ok(());
+        }
+        let open = |domain: &str| {
+            StoredTimers::open(
+                store.clone(),
+                state_id(&format!("{}/{domain}", self.state_name())),
+                max_parallelism,
+                groups.clone(),
+                operator,
+            )
+        };
+        let mut stored = Stored {
+            event: open("event"),
+            processing: open("processing"),
+            incremental: store.incremental(),
+            error: None,
+        };
+        for (domain, queue) in [
+            (TimeDomain::EventTime, std::mem::take(&mut self.event)),
+            (
+                TimeDomain::ProcessingTime,
+                std::mem::take(&mut self.processing),
+            ),
+        ] {
+            let target = stored.domain(domain);
+            for (k, n, t) in queue.iter() {
+                target.register(k, n, t)?;
+            }
+            target.flush()?;
+        }
+        self.stored = Some(Box::new(stored));
+        self.armed_for = None;
+        Ok(())
+    }
+
+    /// The first store failure since the last call (an attached service cannot return one
+    /// from registering or popping: it keeps it here for the operator to fail with).
+    pub(crate) fn take_error(&mut self) -> Option<StoreError> {
+        self.stored.as_mut().and_then(|s| s.error.take())
+    }
+
+    /// The failure [`take_error`](Self::take_error) would return, as an error.
+    pub(crate) fn check(&mut self) -> Result<(), StoreError> {
+        self.take_error().map_or(Ok(()), Err)
+    }
+
+    /// Before a snapshot of an attached service: writes what is buffered to the store.
+    fn flush(&mut self) -> Result<(), StoreError> {
+        if let Some(s) = &mut self.stored {
+            s.event.flush()?;
+            s.processing.flush()?;
+        }
+        Ok(())
     }
 
     /// The event-time timers, in firing order.
@@ -173,7 +318,7 @@ where
 
     /// The earliest event-time timer the watermark passed, removed.
     pub(crate) fn pop_event_timer(&mut self) -> Option<Timer<K, N>> {
-        let (key, namespace, timestamp) = self.event.pop_due(self.watermark)?;
+        let (key, namespace, timestamp) = self.pop_due(TimeDomain::EventTime, self.watermark)?;
         Some(Timer {
             key,
             namespace,
@@ -184,7 +329,7 @@ where
 
     /// The earliest processing-time timer at or before `now`, removed.
     pub(crate) fn pop_processing_timer(&mut self, now: i64) -> Option<Timer<K, N>> {
-        let (key, namespace, timestamp) = self.processing.pop_due(now)?;
+        let (key, namespace, timestamp) = self.pop_due(TimeDomain::ProcessingTime, now)?;
         Some(Timer {
             key,
             namespace,
@@ -197,7 +342,13 @@ where
     /// now if that timer is due; otherwise `None`, with `cx`'s waker registered for when it will
     /// be.
     pub(crate) fn poll_processing(&mut self, cx: &mut Context<'_>) -> Option<i64> {
-        let earliest = self.processing.peek_time()?;
+        let earliest = match &mut self.stored {
+            Some(s) => {
+                let r = s.processing.peek_time();
+                s.keep(r, None)?
+            }
+            None => self.processing.peek_time()?,
+        };
         let now = self.clock.now_ms();
         if earliest <= now {
             return Some(now);
@@ -222,8 +373,13 @@ where
 
     /// Whether any timer is registered.
     #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.event.is_empty() && self.processing.is_empty()
+    pub(crate) fn is_empty(&mut self) -> bool {
+        match &mut self.stored {
+            Some(s) => {
+                s.event.is_empty().unwrap_or(false) && s.processing.is_empty().unwrap_or(false)
+            }
+            None => self.event.is_empty() && self.processing.is_empty(),
+        }
     }
 
     fn state_name(&self) -> String {
@@ -238,23 +394,39 @@ where
 {
     /// Writes every timer as keyed state: one entry per key group, holding (domain, key,
     /// namespace, timestamp) in firing order.
+    /// Attached to an incremental store, it writes nothing: the timers are in the store's
+    /// files.
     pub(crate) fn snapshot_into(
-        &self,
+        &mut self,
         max_parallelism: usize,
         state: &mut OperatorState,
-    ) -> Result<(), CodecError> {
-        type Stored<'a, K, N> = (TimeDomain, &'a K, &'a N, i64);
-        let mut groups: FxHashMap<usize, Vec<Stored<'_, K, N>>> = FxHashMap::default();
-        for (domain, queue) in [
+    ) -> Result<(), StateError> {
+        self.check()?;
+        self.flush()?;
+        let mut owned: Vec<(TimeDomain, K, N, i64)> = Vec::new();
+        if let Some(s) = &mut self.stored {
+            if s.incremental {
+                return Ok(());
+            }
+            for domain in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+                s.domain(domain)
+                    .for_each(&mut |k, n, t| owned.push((domain, k, n, t)))?;
+            }
+        }
+        type Entry<'a, K, N> = (TimeDomain, &'a K, &'a N, i64);
+        let mut groups: FxHashMap<usize, Vec<Entry<'_, K, N>>> = FxHashMap::default();
+        let heap = [
             (TimeDomain::EventTime, &self.event),
             (TimeDomain::ProcessingTime, &self.processing),
-        ] {
-            for (k, n, t) in queue.iter() {
-                groups
-                    .entry(key_group(k, max_parallelism))
-                    .or_default()
-                    .push((domain, k, n, t));
-            }
+        ]
+        .into_iter()
+        .flat_map(|(domain, queue)| queue.iter().map(move |(k, n, t)| (domain, k, n, t)));
+        let stored = owned.iter().map(|(d, k, n, t)| (*d, k, n, *t));
+        for (domain, k, n, t) in heap.chain(stored) {
+            groups
+                .entry(key_group(k, max_parallelism))
+                .or_default()
+                .push((domain, k, n, t));
         }
         let name = self.state_name();
         let mut groups: Vec<_> = groups.into_iter().collect();
@@ -271,18 +443,18 @@ where
 
     /// Adds the timers of this service's entries in `state` (the key groups dealt to this
     /// subtask).
-    pub(crate) fn restore_from(&mut self, state: &OperatorState) -> Result<(), CodecError> {
+    pub(crate) fn restore_from(&mut self, state: &OperatorState) -> Result<(), StateError> {
         let name = self.state_name();
         for e in state.keyed_entries().iter().filter(|e| e.state == name) {
             let timers: Vec<(TimeDomain, K, N, i64)> = codec::decode(&e.data)?;
             for (domain, k, n, t) in timers {
-                match domain {
-                    TimeDomain::EventTime => self.event.register(k, n, t),
-                    TimeDomain::ProcessingTime => self.processing.register(k, n, t),
-                };
+                self.register(domain, k, n, t);
             }
         }
-        Ok(())
+        match self.take_error() {
+            None => Ok(()),
+            Some(e) => Err(e.into()),
+        }
     }
 }
 

@@ -19,6 +19,8 @@
 //!   three implementations).
 //! - `panes.rs`: the contents of tumbling and sliding windows, one table per window, in window
 //!   order: firing takes whole tables, and event-time panes need no timers.
+//! - `stored.rs`: with a keyed store (RocksDB), the contents of the window operator's windows
+//!   in it, one entry per (window, key), keyed window first so that a pane is a range to scan.
 //! - `operator.rs`: [`WindowOperator`]: assignment, lateness, firing and cleanup on timers of
 //!   the `timer` service, session merging, late records to a side output or
 //!   dropped and counted ([`LateRecordsDropped`]), window contents and timers in checkpoints by
@@ -38,6 +40,7 @@ mod evictor;
 mod function;
 mod operator;
 mod panes;
+mod stored;
 #[cfg(test)]
 mod tests;
 mod trigger;

@@ -35,14 +35,19 @@
 //! state window: merged contents are merged at once): a record's window `[t, t + gap)` joins
 //! every window of its key it touches; the merged windows' timers are deleted, their contents
 //! merged, and the trigger registers the new window's timer if it is still ahead.
+//!
+//! With a keyed store (a state backend such as RocksDB), the contents of every window and the
+//! timers live in the store, not on the heap (`stored.rs`): the panes keep only their windows,
+//! and a firing scans each pane's entries in the store. The rules above do not change.
 
-use super::assigner::{TimeWindow, WindowAssigner, WindowKind};
+use super::assigner::{TimeWindow, WindowAssigner};
 use super::function::WindowContents;
 use super::panes::Panes;
+use super::stored::{InWindow, Stored, kept, scan_window, stored_windows};
 use crate::key_groups::key_group;
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::process::{OutputTag, StateKey, Tagged, TimedOperator};
-use crate::state::{KeyGroupEntry, OperatorState};
+use crate::state::{KeyGroupEntry, OperatorState, ValueState};
 use crate::timer::{InternalTimers, ProcessingClock, TimeDomain, Timer};
 use rustc_hash::FxHashMap;
 use sluice_core::AttemptNumber;
@@ -51,6 +56,7 @@ use sluice_core::sync::lock;
 use sluice_core::{CheckpointId, Data, NO_TIMESTAMP, UserError, Watermark};
 use std::collections::hash_map::Entry;
 use std::marker::PhantomData;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
@@ -59,6 +65,10 @@ pub(super) const CONTENTS_STATE: &str = "_window/contents";
 /// the subtask that took the snapshot. Its windows up to that watermark had fired (the trigger
 /// timers that keep this for session windows are not used for panes).
 pub(super) const FIRED_UP_TO_STATE: &str = "_window/fired-up-to";
+/// With a store: each key's session windows (on the heap they are rebuilt from the contents).
+const SESSIONS_STATE: &str = "_window/sessions";
+/// With a store: the contents of tumbling and sliding windows.
+const PANES_STATE: &str = "_window/panes";
 
 /// How many late records the window operator's subtasks dropped (no late side output was set),
 /// summed over the subtasks of the job's current attempt: Flink's `numLateRecordsDropped`.
@@ -138,15 +148,19 @@ pub struct WindowOperator<In, K, KF, C: WindowContents<K, In>> {
     spec: WindowSpec<In>,
     contents: C,
     key_fn: KF,
-    /// Session windows only: the contents of every window, by key and window start (a key's
-    /// sessions are disjoint, so never share a start). The end is in `sessions`.
-    pub(super) windows: FxHashMap<(K, i64), C::Acc>,
-    /// Tumbling and sliding windows: their contents, one table per window.
+    /// Session windows only: the contents of every window, by key and window.
+    pub(super) windows: ValueState<InWindow<K>, C::Acc>,
+    /// Tumbling and sliding windows: their contents, one table per window. With a store, only
+    /// the windows: their contents are in `stored`.
     pub(super) panes: Panes<K, C::Acc>,
+    /// With a store: the contents of tumbling and sliding windows, and whether each fired.
+    pub(super) stored: Option<ValueState<InWindow<K>, Stored<C::Acc>>>,
+    /// This subtask's key groups (the ranges a firing scans in the store).
+    groups: Range<usize>,
     /// The panes of the current range of times: (index in `panes`, fires at once).
     targets: Vec<(usize, bool)>,
     /// Session windows only: each key's windows.
-    sessions: FxHashMap<K, Vec<TimeWindow>>,
+    pub(super) sessions: ValueState<K, Vec<TimeWindow>>,
     pub(super) timers: InternalTimers<K, TimeWindow>,
     assigned: Vec<TimeWindow>,
     results: Vec<C::Out>,
@@ -173,10 +187,12 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             spec,
             contents,
             key_fn,
-            windows: FxHashMap::default(),
+            windows: ValueState::new(CONTENTS_STATE),
             panes: Panes::default(),
+            stored: None,
+            groups: 0..0,
             targets: Vec::new(),
-            sessions: FxHashMap::default(),
+            sessions: ValueState::new(SESSIONS_STATE),
             timers: InternalTimers::new("window"),
             assigned: Vec::new(),
             results: Vec::new(),
@@ -277,7 +293,11 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         w: TimeWindow,
         out: &mut Collector<Tagged<C::Out>>,
     ) -> Result<(), UserError> {
-        let Some(acc) = self.windows.get(&(key.clone(), w.start)) else {
+        let at = InWindow {
+            window: w,
+            key: key.clone(),
+        };
+        let Some(acc) = self.windows.get(&at) else {
             return Ok(());
         };
         emit_results(&mut self.contents, &mut self.results, key, w, acc, out)
@@ -293,30 +313,14 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         }
     }
 
-    /// The window of `key` that starts at `start`.
-    fn window_of(&self, key: &K, start: i64) -> Option<TimeWindow> {
-        match self.spec.assigner.kind {
-            WindowKind::Tumbling { size, .. } | WindowKind::Sliding { size, .. } => {
-                Some(TimeWindow::new(start, start.saturating_add(size)))
-            }
-            WindowKind::Session { .. } => self
-                .sessions
-                .get(key)?
-                .iter()
-                .find(|w| w.start == start)
-                .copied(),
-            // Global windows always run in the triggered operator.
-            WindowKind::Global => Some(TimeWindow::GLOBAL),
-        }
-    }
-
     /// Removes `w` from `key`'s session windows.
     fn forget_session(&mut self, key: &K, w: &TimeWindow) {
-        if let Some(ws) = self.sessions.get_mut(key) {
+        let emptied = self.sessions.get_mut(key).map(|ws| {
             ws.retain(|x| x != w);
-            if ws.is_empty() {
-                self.sessions.remove(key);
-            }
+            ws.is_empty()
+        });
+        if emptied == Some(true) {
+            self.sessions.remove(key);
         }
     }
 
@@ -335,11 +339,36 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             panes,
             contents,
             results,
+            stored,
             ..
         } = self;
         let Some(pane) = panes.get_mut(index) else {
             return Err(format!("window operator: no window table at index {index}").into());
         };
+        if let Some(stored) = stored {
+            let w = pane.window;
+            let at = InWindow { window: w, key };
+            if let Some((fired, acc)) = stored.get_mut(&at) {
+                contents.add(acc, value);
+                if fire {
+                    *fired = true;
+                    return emit_results(contents, results, &at.key, w, acc, out);
+                }
+                // Fired before a restore, and the watermark has not caught up with it again:
+                // it fires again, whole, when the watermark passes its end.
+                *fired = false;
+                pane.stored_pending = true;
+                return Ok(());
+            }
+            let acc = contents.create(value);
+            if fire {
+                emit_results(contents, results, &at.key, w, &acc, out)?;
+            } else {
+                pane.stored_pending = true;
+            }
+            stored.update(at, (fire, acc));
+            return Ok(());
+        }
         if !fire {
             if !pane.fired.is_empty()
                 && let Some(mut acc) = pane.fired.remove(&key)
@@ -404,6 +433,9 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         let lateness = self.spec.allowed_lateness;
         let cleanup =
             move |w: &TimeWindow| w.max_timestamp().checked_add(lateness).unwrap_or(i64::MAX);
+        if self.stored.is_some() {
+            return self.fire_stored_panes(watermark, cleanup, out);
+        }
         let Self {
             panes,
             contents,
@@ -438,6 +470,184 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         Ok(())
     }
 
+    /// [`fire_panes`](Self::fire_panes) with a store: each pane the watermark passed that may
+    /// hold windows not fired yet is scanned, key group by key group; its windows not fired
+    /// fire, then all its entries go (cleanup time passed) or are marked fired.
+    fn fire_stored_panes(
+        &mut self,
+        watermark: i64,
+        cleanup: impl Fn(&TimeWindow) -> i64,
+        out: &mut Collector<Tagged<C::Out>>,
+    ) -> Result<(), UserError> {
+        let Self {
+            panes,
+            contents,
+            results,
+            stored: Some(stored),
+            groups,
+            ..
+        } = self
+        else {
+            return Ok(());
+        };
+        let mut passed_cleanup = false;
+        for pane in panes.iter_mut() {
+            let w = pane.window;
+            if w.max_timestamp() > watermark {
+                break;
+            }
+            let gone = cleanup(&w) <= watermark;
+            passed_cleanup |= gone;
+            if !pane.stored_pending && !gone {
+                continue;
+            }
+            for group in groups.clone() {
+                let mut entries = Vec::new();
+                scan_window(stored, group, w, &mut |k, v: Stored<C::Acc>| {
+                    entries.push((k, v))
+                })?;
+                let mut writes = Vec::with_capacity(entries.len());
+                for (key, (fired, acc)) in entries {
+                    if !fired {
+                        emit_results(contents, results, &key, w, &acc, out)?;
+                    }
+                    let at = InWindow { window: w, key };
+                    if gone {
+                        writes.push((at, None));
+                    } else if !fired {
+                        writes.push((at, Some((true, acc))));
+                    }
+                }
+                stored.write_through(writes)?;
+            }
+            pane.stored_pending = false;
+        }
+        if passed_cleanup {
+            panes.remove_where(|p| cleanup(&p.window) <= watermark);
+        }
+        Ok(())
+    }
+
+    /// With a store: emits every window of pane `w` and removes them (a processing-time pane at
+    /// its end).
+    fn drain_stored_pane(
+        &mut self,
+        w: TimeWindow,
+        out: &mut Collector<Tagged<C::Out>>,
+    ) -> Result<(), UserError> {
+        let Self {
+            contents,
+            results,
+            stored: Some(stored),
+            groups,
+            ..
+        } = self
+        else {
+            return Ok(());
+        };
+        for group in groups.clone() {
+            let mut entries = Vec::new();
+            scan_window(stored, group, w, &mut |k, v: Stored<C::Acc>| {
+                entries.push((k, v))
+            })?;
+            let mut writes = Vec::with_capacity(entries.len());
+            for (key, (_, acc)) in entries {
+                emit_results(contents, results, &key, w, &acc, out)?;
+                writes.push((InWindow { window: w, key }, None));
+            }
+            stored.write_through(writes)?;
+        }
+        Ok(())
+    }
+
+    /// With a keyed store: moves the windows into it (those `initialize_state` restored onto
+    /// the heap), and finds the panes of those restored from the store's own files.
+    fn attach_store(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        if ctx.keyed_store()?.is_none() {
+            return Ok(());
+        }
+        ctx.attach_keyed_state(&mut self.windows)?;
+        ctx.attach_keyed_state(&mut self.sessions)?;
+        if self.spec.assigner.is_merging() {
+            return Ok(());
+        }
+        let mut stored: ValueState<InWindow<K>, Stored<C::Acc>> = ValueState::new(PANES_STATE);
+        ctx.attach_keyed_state(&mut stored)?;
+        let mut writes = Vec::new();
+        for pane in self.panes.iter_mut() {
+            let window = pane.window;
+            pane.stored_pending = !pane.pending.is_empty();
+            for (key, acc) in pane.pending.drain() {
+                writes.push((InWindow { window, key }, Some((false, acc))));
+            }
+            for (key, acc) in pane.fired.drain() {
+                writes.push((InWindow { window, key }, Some((true, acc))));
+            }
+        }
+        stored.write_through(writes)?;
+        let event_time = self.event_time();
+        for (w, key) in stored_windows(&mut stored, self.groups.clone())? {
+            let (index, created) = self.panes.ensure(w);
+            if let Some(pane) = self.panes.get_mut(index) {
+                pane.stored_pending = true;
+            }
+            if created && !event_time {
+                self.timers
+                    .register_processing_time_timer(key, w, w.max_timestamp());
+            }
+        }
+        self.stored = Some(stored);
+        Ok(())
+    }
+
+    /// The first failure of the keyed store that a state kept while the operator ran.
+    fn store_failures(&mut self) -> Result<(), UserError> {
+        kept(&mut self.windows)?;
+        kept(&mut self.sessions)?;
+        if let Some(s) = &mut self.stored {
+            kept(s)?;
+        }
+        self.timers.check()?;
+        Ok(())
+    }
+
+    /// The keyed entries of the windows in the store (`state`, whose values start with
+    /// `skip` bytes that are not the accumulator) as encoded `(key, window, accumulator)`s, per
+    /// key group, without decoding them.
+    fn encode_stored<V>(
+        groups: Range<usize>,
+        state: &mut ValueState<InWindow<K>, V>,
+        skip: usize,
+        into: &mut FxHashMap<usize, (u64, Vec<u8>)>,
+    ) -> Result<(), UserError>
+    where
+        V: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        for group in groups {
+            let mut bad = None;
+            state.scan_stored(group, &[], &mut |k, v| {
+                let Ok((_, key)) = codec::decode_first::<TimeWindow>(k) else {
+                    bad = Some("a stored window key does not decode");
+                    return false;
+                };
+                let Some(acc) = v.get(skip..) else {
+                    bad = Some("a stored window value is too short");
+                    return false;
+                };
+                let (n, buf) = into.entry(group).or_default();
+                buf.extend_from_slice(key);
+                buf.extend_from_slice(&k[..k.len() - key.len()]);
+                buf.extend_from_slice(acc);
+                *n += 1;
+                true
+            })?;
+            if let Some(bad) = bad {
+                return Err(bad.into());
+            }
+        }
+        Ok(())
+    }
+
     /// A record of a session assigner.
     fn add_to_session(
         &mut self,
@@ -461,7 +671,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             .unwrap_or_default();
         let actual = match touching.as_slice() {
             [] => {
-                self.sessions.entry(key.clone()).or_default().push(w);
+                self.sessions.get_or_default(key.clone()).push(w);
                 w
             }
             [one] if one.start <= w.start && one.end >= w.end => *one,
@@ -474,7 +684,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
                     )
                     .into());
                 }
-                let existing = self.sessions.entry(key.clone()).or_default();
+                let existing = self.sessions.get_or_default(key.clone());
                 existing.retain(|x| !touching.contains(x));
                 existing.push(cover);
                 self.trigger_on_merge(&key, cover);
@@ -482,7 +692,11 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
                 for m in &touching {
                     self.trigger_clear(&key, m);
                     self.delete_cleanup_timer(&key, m);
-                    if let Some(acc) = self.windows.remove(&(key.clone(), m.start)) {
+                    let at = InWindow {
+                        window: *m,
+                        key: key.clone(),
+                    };
+                    if let Some(acc) = self.windows.remove(&at) {
                         merged = Some(match merged {
                             Some(a) => self.contents.merge(a, acc),
                             None => acc,
@@ -490,7 +704,11 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
                     }
                 }
                 if let Some(acc) = merged {
-                    self.windows.insert((key.clone(), cover.start), acc);
+                    let at = InWindow {
+                        window: cover,
+                        key: key.clone(),
+                    };
+                    self.windows.update(at, acc);
                 }
                 cover
             }
@@ -503,10 +721,15 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             }
             return Ok(());
         }
-        match self.windows.entry((key.clone(), actual.start)) {
-            Entry::Occupied(mut e) => self.contents.add(e.get_mut(), record),
-            Entry::Vacant(e) => {
-                e.insert(self.contents.create(record));
+        let at = InWindow {
+            window: actual,
+            key: key.clone(),
+        };
+        match self.windows.get_mut(&at) {
+            Some(acc) => self.contents.add(acc, record),
+            None => {
+                let acc = self.contents.create(record);
+                self.windows.update(at, acc);
             }
         }
         if self.trigger_on_element(&key, actual) {
@@ -547,6 +770,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> TimedOperator<K, TimeWindow,
                     emit_results(&mut self.contents, &mut self.results, key, w, acc, out)?;
                 }
                 self.panes.recycle(pane);
+                self.drain_stored_pane(w, out)?;
             }
             return Ok(());
         }
@@ -575,7 +799,11 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> TimedOperator<K, TimeWindow,
         }
         // The cleanup time: the window's last firing, if this is also its trigger time, then
         // nothing of it is kept. Its trigger timer (at or before this one) already fired.
-        let Some(acc) = self.windows.remove(&(key.clone(), w.start)) else {
+        let at = InWindow {
+            window: w,
+            key: key.clone(),
+        };
+        let Some(acc) = self.windows.remove(&at) else {
             return Ok(());
         };
         if self.spec.assigner.is_merging() {
@@ -584,7 +812,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> TimedOperator<K, TimeWindow,
         if fire {
             emit_results(&mut self.contents, &mut self.results, &key, w, &acc, out)?;
         }
-        Ok(())
+        self.store_failures()
     }
 }
 
@@ -602,7 +830,13 @@ where
         self.attempt = ctx.attempt_number();
         self.spec.late_dropped.open(self.attempt);
         self.timers.set_clock(ProcessingClock::new());
-        Ok(())
+        ctx.attach_timers(&mut self.timers)?;
+        self.groups = crate::key_groups::key_group_range(
+            ctx.subtask_index(),
+            self.max_parallelism,
+            ctx.parallelism(),
+        );
+        self.attach_store(ctx)
     }
 
     fn process_batch(
@@ -623,14 +857,14 @@ where
                 let key = (self.key_fn)(&record);
                 self.add_to_session(key, record, time, out)?;
             }
-            return Ok(());
+            return self.store_failures();
         }
         // Nearby records share their windows: they are assigned (and checked for lateness,
         // which only the watermark changes, never during a batch) once per range of times, and
         // their panes looked up then too.
         let mut windows = std::mem::take(&mut self.assigned);
         let mut targets = std::mem::take(&mut self.targets);
-        let result = (|| {
+        let result: Result<(), UserError> = (|| {
             let (mut lo, mut hi) = (0, 0);
             for (i, record) in batch.into_iter().enumerate() {
                 let time = times.at(i)?;
@@ -659,7 +893,8 @@ where
         })();
         self.assigned = windows;
         self.targets = targets;
-        result
+        result?;
+        self.store_failures()
     }
 
     fn process_watermark(
@@ -670,6 +905,7 @@ where
         if self.event_time() && !self.spec.assigner.is_merging() {
             self.timers.advance_watermark(watermark);
             self.fire_panes(out)?;
+            self.store_failures()?;
         }
         self.fire_event_timers(watermark, out)
     }
@@ -687,35 +923,56 @@ where
         _checkpoint: CheckpointId,
         _out: &mut Collector<Self::Out>,
     ) -> Result<OperatorState, UserError> {
+        self.store_failures()?;
         let mut state = OperatorState::default();
-        type Stored<'a, K, A> = (&'a K, TimeWindow, &'a A);
-        let mut groups: FxHashMap<usize, Vec<Stored<'_, K, C::Acc>>> = FxHashMap::default();
-        for ((k, start), acc) in &self.windows {
-            let Some(w) = self.window_of(k, *start) else {
-                continue;
-            };
-            groups
-                .entry(key_group(k, self.max_parallelism))
-                .or_default()
-                .push((k, w, acc));
+        self.timers
+            .snapshot_into(self.max_parallelism, &mut state)?;
+        if self.windows.incremental() {
+            // The windows are in the store's files, which the task adds.
+            self.windows.flush()?;
+            self.sessions.flush()?;
+            if let Some(s) = &mut self.stored {
+                s.flush()?;
+            }
+            return Ok(state);
+        }
+        // Per key group: how many (key, window, accumulator)s, and their encodings.
+        let mut groups: FxHashMap<usize, (u64, Vec<u8>)> = FxHashMap::default();
+        let maxp = self.max_parallelism;
+        if self.windows.is_attached() {
+            Self::encode_stored(self.groups.clone(), &mut self.windows, 0, &mut groups)?;
+        } else {
+            self.windows.for_each_mut(|at, acc| {
+                let (n, buf) = groups.entry(key_group(&at.key, maxp)).or_default();
+                *n += 1;
+                codec::encode_into(&(&at.key, at.window, &*acc), buf)
+                    .map_err(crate::state::StateError::from)
+            })?;
+        }
+        if let Some(s) = &mut self.stored {
+            // Each value starts with the fired flag, one byte.
+            Self::encode_stored(self.groups.clone(), s, 1, &mut groups)?;
         }
         for pane in self.panes.iter() {
             for (k, acc) in pane.pending.iter().chain(&pane.fired) {
-                groups
-                    .entry(key_group(k, self.max_parallelism))
-                    .or_default()
-                    .push((k, pane.window, acc));
+                let (n, buf) = groups.entry(key_group(k, maxp)).or_default();
+                *n += 1;
+                codec::encode_into(&(k, pane.window, acc), buf)?;
             }
         }
         let mut groups: Vec<_> = groups.into_iter().collect();
         groups.sort_unstable_by_key(|(g, _)| *g);
         let panes_fire_on_watermarks = self.event_time() && !self.spec.assigner.is_merging();
         let watermark = self.timers.current_watermark();
-        for (g, entries) in groups {
+        for (g, (n, entries)) in groups {
+            // The encoding of a `Vec<(K, TimeWindow, Acc)>`: its length, then the entries.
+            let mut data = Vec::with_capacity(entries.len() + 10);
+            codec::encode_into(&n, &mut data)?;
+            data.extend_from_slice(&entries);
             state.push_keyed(KeyGroupEntry {
                 state: CONTENTS_STATE.to_string(),
                 key_group: g as u32,
-                data: codec::encode(&entries)?,
+                data,
             });
             if panes_fire_on_watermarks {
                 state.push_keyed(KeyGroupEntry {
@@ -725,8 +982,6 @@ where
                 });
             }
         }
-        self.timers
-            .snapshot_into(self.max_parallelism, &mut state)?;
         Ok(state)
     }
 
@@ -751,8 +1006,8 @@ where
             let fired_up_to = fired_up_to.get(&e.key_group).copied().unwrap_or(i64::MIN);
             for (k, w, acc) in entries {
                 if merging {
-                    self.sessions.entry(k.clone()).or_default().push(w);
-                    self.windows.insert((k, w.start), acc);
+                    self.sessions.get_or_default(k.clone()).push(w);
+                    self.windows.update(InWindow { window: w, key: k }, acc);
                     continue;
                 }
                 let (index, _) = self.panes.ensure(w);

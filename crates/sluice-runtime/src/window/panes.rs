@@ -27,6 +27,9 @@ pub(crate) struct Pane<K, A> {
     pub(crate) pending: FxHashMap<K, A>,
     /// Windows that fired, kept for late firings until their cleanup time.
     pub(crate) fired: FxHashMap<K, A>,
+    /// With a store (the tables above stay empty): whether the store may hold windows of this
+    /// pane that have not fired.
+    pub(crate) stored_pending: bool,
 }
 
 impl<K, A> Pane<K, A> {
@@ -74,6 +77,7 @@ impl<K: Hash + Eq, A> Panes<K, A> {
                     window,
                     pending: self.spare.pop().unwrap_or_default(),
                     fired: FxHashMap::default(),
+                    stored_pending: false,
                 };
                 self.panes.insert(i, pane);
                 (i, true)

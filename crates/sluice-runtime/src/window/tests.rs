@@ -683,3 +683,107 @@ async fn processing_time_windows_fire_when_the_paused_clock_passes_their_end() {
     assert_eq!(counts, vec![(1, 2), (2, 1)]);
     assert!(op.windows.is_empty() && op.panes.is_empty() && op.timers.is_empty());
 }
+
+/// A context whose job keeps keyed state in a store (in memory, with a cache of at most 16
+/// values per state, so that windows are written back and read again all the time).
+fn store_context(subtask: usize, parallelism: usize) -> OperatorContext {
+    OperatorContext::for_test("window", subtask, parallelism)
+        .with_state_backend(crate::state::MemoryStateBackend::new(0))
+}
+
+fn run_in_store(mut op: TestOperator, events: &[Ev]) -> Vec<(Vec<Out>, Vec<Rec>)> {
+    op.open(&store_context(0, 1)).unwrap();
+    run_operator_on(&mut op, events)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    /// With a keyed store, where the window contents and timers live in the store, the
+    /// operator still follows the model, for every assigner.
+    #[test]
+    fn windows_in_a_store_match_the_model(evs in events(), a in any_assigner(), lateness in lateness()) {
+        prop_assert_eq!(run_in_store(operator(a, lateness), &evs), run_model(a, lateness, &evs));
+    }
+
+    /// A snapshot taken with the windows in a store restores into a store, or onto the heap,
+    /// at parallelism 1 or 2, and the restored subtasks continue as the original would have;
+    /// a heap snapshot restores into a store as well.
+    #[test]
+    fn windows_move_between_the_heap_and_a_store_through_checkpoints(
+        evs in events(), cut in 0usize..120, a in any_assigner(), lateness in lateness(),
+        from_store in any::<bool>(), to_store in any::<bool>(), parallelism in 1usize..3,
+    ) {
+        const MAX_PARALLELISM: usize = 128;
+        let cut = cut.min(evs.len());
+        let whole = run_model(a, lateness, &evs);
+        let mut first = operator(a, lateness);
+        let ctx = if from_store { store_context(0, 1) } else { OperatorContext::for_test("window", 0, 1) };
+        first.open(&ctx).unwrap();
+        let head = run_operator_on(&mut first, &evs[..cut]);
+        let mut c = Collector::new();
+        let state = first.snapshot_state(sluice_core::CheckpointId(1), &mut c).unwrap();
+        let states = crate::state::redistribute(vec![state], parallelism, MAX_PARALLELISM);
+        let mut subtasks = Vec::new();
+        for (i, state) in states.into_iter().enumerate() {
+            let mut op = operator(a, lateness);
+            op.initialize_state(state).unwrap();
+            let ctx = if to_store {
+                store_context(i, parallelism)
+            } else {
+                OperatorContext::for_test("window", i, parallelism)
+            };
+            op.open(&ctx).unwrap();
+            if let Some(w) = last_watermark(&evs[..cut]) {
+                let steps = run_operator_on(&mut op, &[Ev::Wm(w)]);
+                prop_assert_eq!(&steps[0], &(Vec::new(), Vec::new()), "nothing is due twice");
+            }
+            subtasks.push(op);
+        }
+        let owner = |k: u8| {
+            crate::key_groups::subtask_for_key_group(
+                crate::key_groups::key_group(&k, MAX_PARALLELISM),
+                MAX_PARALLELISM,
+                parallelism,
+            )
+        };
+        let mut both = head;
+        for e in &evs[cut..] {
+            let mut step = (Vec::new(), Vec::new());
+            for (i, op) in subtasks.iter_mut().enumerate() {
+                if matches!(*e, Ev::Rec(k, _) if owner(k) != i) {
+                    continue;
+                }
+                let (outs, lates) = run_operator_on(op, std::slice::from_ref(e)).remove(0);
+                step.0.extend(outs);
+                step.1.extend(lates);
+            }
+            step.0.sort();
+            step.1.sort();
+            both.push(step);
+        }
+        prop_assert_eq!(both, whole);
+    }
+}
+
+/// With a store, a window's contents are not on the heap: the panes keep their windows only,
+/// and every window is gone from the store once it is cleaned up.
+#[test]
+fn with_a_store_the_contents_live_in_it_and_go_when_cleaned_up() {
+    let a = TumblingEventTimeWindows::of(Duration::from_millis(10));
+    let mut op = operator(a, 5);
+    op.open(&store_context(0, 1)).unwrap();
+    let evs: Vec<Ev> = (0..200).map(|i| Ev::Rec((i % 3) as u8, i)).collect();
+    run_operator_on(&mut op, &evs);
+    assert_eq!(op.panes.window_count(), 0, "no window contents on the heap");
+    assert!(op.panes.iter().count() >= 20, "the panes are known");
+    let stored = op.stored.as_mut().unwrap();
+    assert!(!stored.entries().unwrap().is_empty());
+    run_operator_on(&mut op, &[Ev::Wm(i64::MAX)]);
+    let stored = op.stored.as_mut().unwrap();
+    assert!(
+        stored.entries().unwrap().is_empty(),
+        "every window cleaned up"
+    );
+    assert!(op.timers.is_empty());
+}

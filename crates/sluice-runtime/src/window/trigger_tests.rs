@@ -691,7 +691,7 @@ fn session_trigger_state_restores_with_its_timers() {
         vec![(1, 0, vec![0, 5, 9])]
     );
     r.process_watermark(Watermark::new(100)).unwrap();
-    let op = r.operator();
+    let op = r.operator_mut();
     assert!(op.windows.is_empty() && op.sessions.is_empty());
     assert!(op.trigger_state.is_empty() && op.timers.is_empty());
 }

@@ -661,6 +661,7 @@ where
         self.attempt = ctx.attempt_number();
         self.spec.late_dropped.open(self.attempt);
         self.timers.set_clock(ProcessingClock::new());
+        ctx.attach_timers(&mut self.timers)?;
         Ok(())
     }
 
@@ -690,6 +691,7 @@ where
                 self.add_to_windows(key, record, time, timestamp, now, out)?;
             }
         }
+        self.timers.check()?;
         Ok(())
     }
 
