@@ -44,9 +44,10 @@
 
 pub mod messages;
 
-/// The largest message either side sends or accepts: 256 MiB. A checkpoint acknowledgement
-/// carries its task's state and a deployment the state it restores, so messages far beyond
-/// gRPC's usual 4 MiB are expected; a larger one fails its call.
+/// The largest message either side sends or accepts: 256 MiB. States cross as handles to
+/// their files in checkpoint storage, but a state travels whole where a task manager could not
+/// write it or a job restores from a savepoint directory, so messages beyond gRPC's usual
+/// 4 MiB are possible; a larger one fails its call.
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 mod service;
 pub mod services;

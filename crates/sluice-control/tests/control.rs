@@ -116,7 +116,7 @@ async fn a_task_manager_registers_and_talks_under_the_masters_epoch() {
 
 #[tokio::test]
 async fn messages_far_beyond_grpcs_usual_4_mib_cross() {
-    // A checkpoint acknowledgement carries its task's state inline: tens of MiB are normal.
+    // A state that travels whole (its task manager could not write it) may be tens of MiB.
     let (_server, url) = master_of_epoch_3().await;
     let mut client = JobMasterClient::new(&url, &secret()).unwrap();
     let state = vec![7u8; 40 << 20];

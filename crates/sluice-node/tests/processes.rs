@@ -134,6 +134,24 @@ async fn wait_for_line(child: &mut Child, needle: &str) -> Vec<String> {
     );
 }
 
+/// `log` without ANSI colour sequences (`ESC [ ... m`).
+fn without_colours(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn expected(records: u64, keys: u64) -> BTreeMap<u64, u64> {
     (0..keys.min(records))
         .map(|k| (k, records / keys + u64::from(k < records % keys)))
@@ -318,6 +336,78 @@ async fn a_job_master_killed_and_started_again_resumes_its_rocksdb_state_from_th
     let vars: Vec<(&str, String)> = vars.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     job_master_restart(dir.path(), dir.path().join("checkpoints"), &vars).await;
     assert_store_files_were_checkpointed(&dir.path().join("checkpoints"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_stopped_at_parallelism_2_resumes_at_3_with_its_state_sent_as_handles() {
+    let dir = tempfile::tempdir().unwrap();
+    rescale_by_handle(dir.path(), Vec::new()).await;
+}
+
+#[cfg(feature = "rocksdb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_with_rocksdb_state_stopped_at_parallelism_2_resumes_at_3_from_handles() {
+    let dir = tempfile::tempdir().unwrap();
+    rescale_by_handle(dir.path(), rocksdb(dir.path())).await;
+    assert_store_files_were_checkpointed(&dir.path().join("checkpoints"));
+}
+
+/// Runs the demo at parallelism 2 until a checkpoint completed, kills every process, and
+/// resumes it at parallelism 3 on three new task managers: the job master reads only the
+/// checkpoint's metadata into handles, each task manager reads the state files and takes its
+/// share, and the output is exact.
+async fn rescale_by_handle(dir: &Path, extra: Vec<(String, String)>) {
+    let mut job = Job {
+        out: dir.join("out"),
+        checkpoints: dir.join("checkpoints"),
+        records: 400_000,
+        keys: 101,
+        parallelism: 2,
+        rate: 100_000.0,
+        extra,
+    };
+    let port = free_port();
+    let mut first = job.job_master(port);
+    let mut old_tms = [
+        job.task_manager(port, "tm-0"),
+        job.task_manager(port, "tm-1"),
+    ];
+    wait_for_line(&mut first, "checkpoint completed").await;
+    for p in old_tms.iter_mut().chain(std::iter::once(&mut first)) {
+        p.start_kill().unwrap();
+        p.wait().await.unwrap();
+    }
+    job.parallelism = 3;
+    let port = free_port();
+    let second = job
+        .command(&[
+            ("SLUICE_MODE", "jobmanager".into()),
+            ("SLUICE_SECRET", SECRET.into()),
+            ("SLUICE_RPC_ADDR", format!("127.0.0.1:{port}")),
+            ("SLUICE_HEARTBEAT_TIMEOUT_MS", "2000".into()),
+            ("SLUICE_HEARTBEAT_INTERVAL_MS", "200".into()),
+            ("SLUICE_DEMO_RESUME", "true".into()),
+        ])
+        .spawn()
+        .unwrap();
+    let tms: Vec<Child> = (0..3)
+        .map(|i| job.task_manager(port, &format!("tm-new-{i}")))
+        .collect();
+    let log = succeeds(second, "the job master at parallelism 3").await;
+    assert!(log.contains("resuming from the latest checkpoint"), "{log}");
+    // Its first deployment carried the restored state as handles, not entries.
+    let handles: usize = without_colours(&log)
+        .lines()
+        .find(|l| l.contains("tasks deployed to task managers"))
+        .and_then(|l| l.split("state_handles=").nth(1))
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no deployment logged:\n{log}"));
+    assert!(handles > 0, "{log}");
+    for (i, tm) in tms.into_iter().enumerate() {
+        succeeds(tm, &format!("task manager {i}")).await;
+    }
+    assert_eq!(read_totals(&job.out), expected(400_000, 101));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

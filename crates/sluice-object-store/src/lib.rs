@@ -461,6 +461,13 @@ impl CheckpointStorage for ObjectStoreCheckpointStorage {
         self.inner.latest_valid(job_fingerprint)
     }
 
+    fn read_state<'a>(
+        &'a self,
+        id: CheckpointId,
+        handle: &'a StateFileHandle,
+    ) -> BoxFuture<'a, Result<Vec<u8>, StorageError>> {
+        self.inner.read_state(id, handle)
+    }
     fn load<'a>(
         &'a self,
         id: CheckpointId,

@@ -5,7 +5,7 @@
 
 use futures::future::BoxFuture;
 use sluice_core::CheckpointId;
-use sluice_runtime::cluster::wire::{Control, Deployment};
+use sluice_runtime::cluster::wire::{Control, Deployment, UpKind};
 use sluice_runtime::cluster::{
     ByteReceiver, ByteSender, DataPlane, OpenReceiver, OpenSender, RemoteTasks, TaskManagerGateway,
     TaskManagerSlots, TransportError, Worker,
@@ -200,6 +200,31 @@ struct Cluster {
     deployed: Notify,
     paced: bool,
     deployments: Mutex<Vec<(String, usize)>>,
+    /// What crossed the job master, as encoded for the wire.
+    crossed: Mutex<Crossed>,
+}
+
+/// What crossed between the job master and the task managers.
+#[derive(Clone, Debug, Default)]
+struct Crossed {
+    /// Checkpoint acknowledgements, and the list or keyed entries they carried.
+    acks: u64,
+    acked_entries: u64,
+    /// The state files task managers reported writing.
+    written: u64,
+    /// Deployments that restore a checkpoint, the state handles they carried, and the entries.
+    restoring: u64,
+    handles: u64,
+    deployed_entries: u64,
+}
+
+/// `value` as the transport carries it: encoded and decoded again.
+fn over_the_wire<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> T {
+    sluice_core::codec::decode(&sluice_core::codec::encode(value).unwrap()).unwrap()
+}
+
+fn entries(state: &OperatorState) -> u64 {
+    (state.entries().len() + state.keyed_entries().len()) as u64
 }
 
 impl Cluster {
@@ -238,8 +263,19 @@ impl Cluster {
         let job = env.worker_job("cluster").unwrap();
         let (up_tx, mut up) = Worker::up_channel();
         let worker = Worker::new(job, plane, up_tx);
+        let cluster = self.clone();
         tokio::spawn(async move {
             while let Some(msg) = up.recv().await {
+                let msg = over_the_wire(&msg);
+                if let UpKind::Ack {
+                    states, written, ..
+                } = &msg.kind
+                {
+                    let mut c = cluster.crossed.lock().unwrap();
+                    c.acks += 1;
+                    c.acked_entries += states.iter().map(|(_, _, s)| entries(s)).sum::<u64>();
+                    c.written += written.len() as u64;
+                }
                 remote.up(msg).await;
             }
         });
@@ -278,7 +314,7 @@ impl TaskManagerGateway for Gateway {
             }
         })
     }
-    fn deploy(&self, tm: &str, mut d: Deployment) -> BoxFuture<'_, Result<(), TransportError>> {
+    fn deploy(&self, tm: &str, d: Deployment) -> BoxFuture<'_, Result<(), TransportError>> {
         let tm = tm.to_string();
         Box::pin(async move {
             self.0
@@ -286,6 +322,13 @@ impl TaskManagerGateway for Gateway {
                 .lock()
                 .unwrap()
                 .push((tm.clone(), d.tasks.len()));
+            let mut d = over_the_wire(&d);
+            if d.restored_from.is_some() {
+                let mut c = self.0.crossed.lock().unwrap();
+                c.restoring += 1;
+                c.handles += d.deferred.len() as u64;
+                c.deployed_entries += d.states.iter().map(|(_, _, s)| entries(s)).sum::<u64>();
+            }
             // As sluice-node's task manager service does.
             let worker = self.0.worker(&tm)?;
             worker
@@ -414,6 +457,60 @@ async fn a_lost_task_manager_fails_the_job_over_to_a_replacement() {
     let mut totals = collected(&cluster);
     totals.dedup();
     assert_eq!(totals, expected());
+    // No state crossed the job master: task managers wrote their files and sent handles, and
+    // the failover's deployments sent handles back, which the task managers read.
+    let crossed = cluster.crossed.lock().unwrap().clone();
+    assert!(crossed.acks > 0 && crossed.written > 0, "{crossed:?}");
+    assert_eq!(crossed.acked_entries, 0, "{crossed:?}");
+    if crossed.restoring > 0 {
+        assert!(crossed.handles > 0, "{crossed:?}");
+        assert_eq!(crossed.deployed_entries, 0, "{crossed:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_crosses_the_job_master_as_handles_and_a_failover_reads_it_on_the_task_managers() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Arc::new(Cluster {
+        paced: true,
+        ..Cluster::default()
+    });
+    let plane = Arc::new(MemoryPlane::default());
+    let remote = RemoteTasks::new(Arc::new(Gateway(cluster.clone())), 7);
+    let env = StreamEnvironment::new();
+    let _unused = build(&env, dir.path(), true);
+    let handle = env.submit_remote("cluster", remote.clone()).unwrap();
+    cluster.start_task_manager(dir.path(), "tm-a", plane.clone(), remote.clone());
+    cluster.start_task_manager(dir.path(), "tm-b", plane.clone(), remote.clone());
+    // A checkpoint completes while the job runs; then tm-b dies and tm-c replaces it.
+    let mut completed = None;
+    for _ in 0..100 {
+        if let Ok(pending) = handle.trigger_checkpoint().await
+            && let Ok(id) = pending.completed().await
+        {
+            completed = Some(id);
+            break;
+        }
+    }
+    assert!(completed.is_some(), "no checkpoint completed");
+    let lost = cluster.worker("tm-b").unwrap();
+    lost.cancel_all();
+    cluster.workers.lock().unwrap().retain(|(n, _)| n != "tm-b");
+    remote.task_manager_lost("tm-b", "killed by the test");
+    cluster.start_task_manager(dir.path(), "tm-c", plane.clone(), remote.clone());
+    let result = handle.await.unwrap();
+    assert!(result.restarts >= 1);
+    let mut totals = collected(&cluster);
+    totals.dedup();
+    assert_eq!(totals, expected());
+    let crossed = cluster.crossed.lock().unwrap().clone();
+    // Every acknowledgement: handles to the files its task manager wrote, no entries.
+    assert!(crossed.acks > 0, "{crossed:?}");
+    assert!(crossed.written >= crossed.acks, "{crossed:?}");
+    assert_eq!(crossed.acked_entries, 0, "{crossed:?}");
+    // The failover restored a checkpoint from handles, which the task managers read.
+    assert!(crossed.restoring > 0 && crossed.handles > 0, "{crossed:?}");
+    assert_eq!(crossed.deployed_entries, 0, "{crossed:?}");
 }
 
 /// A checkpoint storage that counts the state files written through it.
@@ -486,6 +583,13 @@ impl CheckpointStorage for Counting {
         job_fingerprint: &'a str,
     ) -> BoxFuture<'a, Result<RestoreOutcome, StorageError>> {
         self.inner.latest_valid(job_fingerprint)
+    }
+    fn read_state<'a>(
+        &'a self,
+        id: CheckpointId,
+        handle: &'a StateFileHandle,
+    ) -> BoxFuture<'a, Result<Vec<u8>, StorageError>> {
+        self.inner.read_state(id, handle)
     }
     fn load<'a>(
         &'a self,

@@ -36,6 +36,25 @@ pub(crate) struct CompletedCheckpoint {
     pub(crate) coordinators: Arc<BTreeMap<NodeId, Vec<u8>>>,
 }
 
+impl CompletedCheckpoint {
+    /// The same checkpoint with every state that is stored in a known file replaced by its stub
+    /// (see `state/deferred.rs`): the entries stay in checkpoint storage.
+    pub(crate) fn into_stubs(self) -> Self {
+        let operators = self
+            .operators
+            .iter()
+            .map(|(node, states)| {
+                let stubs = states.iter().map(|s| s.stub().unwrap_or_else(|| s.clone()));
+                (*node, stubs.collect())
+            })
+            .collect();
+        CompletedCheckpoint {
+            operators: Arc::new(operators),
+            ..self
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Parts {
     subtasks: Vec<SubtaskState>,

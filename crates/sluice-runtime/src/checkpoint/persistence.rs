@@ -198,12 +198,19 @@ impl Persistence for StoragePersistence {
                     parallelism: states.len(),
                     max_parallelism: self.max_parallelism,
                 });
-                for subtask in 0..states.len() {
+                for (subtask, state) in states.iter().enumerate() {
                     if let Some(handle) = written.remove(&(node, subtask)) {
                         // A task manager wrote this one to the storage itself.
                         writes.push(Box::pin(async move { Ok(handle) })
                             as BoxFuture<'static, Result<StateFileHandle, String>>);
                         continue;
+                    }
+                    if state.deferred().is_some() {
+                        // Its entries are in storage, not here: writing it would lose them.
+                        return Err(format!(
+                            "the state of operator {node} subtask {subtask} is a handle whose \
+                             file the task manager did not report as written"
+                        ));
                     }
                     let storage = self.storage.clone();
                     let all = cp.operators.clone();
@@ -315,13 +322,24 @@ pub(crate) fn decode_restored(cp: RestoredCheckpoint) -> Result<CompletedCheckpo
     let timestamp_ms = cp.metadata().timestamp_ms;
     let location = cp.location().display().to_string();
     let mut operators: BTreeMap<NodeId, Vec<OperatorState>> = BTreeMap::new();
+    let files: BTreeMap<(NodeId, usize), StateFileHandle> = cp
+        .metadata()
+        .state_files
+        .iter()
+        .map(|f| ((f.node, f.subtask), f.clone()))
+        .collect();
     let (states, coordinators) = cp.into_states();
-    for ((node, _subtask), bytes) in states {
-        let state = OperatorState::decode(&bytes).map_err(|e| {
+    for ((node, subtask), bytes) in states {
+        let mut state = OperatorState::decode(&bytes).map_err(|e| {
             JobError::InvalidJob(format!(
                 "checkpoint {id} in {location}: the state of operator {node} cannot be decoded: {e}"
             ))
         })?;
+        // Where it is stored: in cluster mode the job master sends task managers this file's
+        // handle instead of the state.
+        if let Some(f) = files.get(&(node, subtask)) {
+            state.stored_at(id, f.clone());
+        }
         operators.entry(node).or_default().push(state);
     }
     Ok(CompletedCheckpoint {
@@ -475,6 +493,71 @@ pub(crate) async fn fetch_handles(
             h.local = Some(dir);
             h.fetched = true;
         }
+    }
+    Ok(())
+}
+
+/// Puts the whole state in place of every stub among `states` (see `state/deferred.rs`): reads
+/// each state file they name from `storage` once, side by side, decodes it off the tokio
+/// workers and deals the parts out at `max_parallelism` key groups. A task manager does this
+/// for the states the job master sent it as handles.
+pub(crate) async fn resolve_deferred(
+    storage: &dyn CheckpointStorage,
+    states: Vec<(NodeId, usize, &mut OperatorState)>,
+    max_parallelism: usize,
+) -> Result<(), JobError> {
+    use futures::{StreamExt, TryStreamExt};
+    let mut wanted: BTreeMap<(CheckpointId, String), StateFileHandle> = BTreeMap::new();
+    for (_, _, s) in &states {
+        for (c, h) in s.deferred().map(|d| d.file_handles()).unwrap_or_default() {
+            wanted.insert((c, h.file_name.clone()), h);
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let location = storage.location();
+    let read: BTreeMap<(CheckpointId, String), OperatorState> = futures::stream::iter(wanted)
+        .map(|(key, handle)| async move {
+            let failed = |what: String| {
+                JobError::InvalidJob(format!(
+                    "cannot restore the state of operator {} subtask {} from checkpoint {} in \
+                     {}: {what}",
+                    handle.node,
+                    handle.subtask,
+                    key.0,
+                    storage.location()
+                ))
+            };
+            let bytes = storage
+                .read_state(key.0, &handle)
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            let state = tokio::task::spawn_blocking(move || OperatorState::decode(&bytes))
+                .await
+                .map_err(|e| failed(format!("decoding panicked: {e}")))?
+                .map_err(|e| failed(format!("it does not decode: {e}")))?;
+            Ok::<_, JobError>((key, state))
+        })
+        .buffer_unordered(4)
+        .try_collect()
+        .await?;
+    for (node, subtask, s) in states {
+        let Some(d) = s.take_deferred() else {
+            continue;
+        };
+        *s = d
+            .resolve(max_parallelism, &mut |c, h| {
+                read.get(&(c, h.file_name.clone()))
+                    .cloned()
+                    .ok_or_else(|| format!("state file {} was not read", h.file_name))
+            })
+            .map_err(|e| {
+                JobError::InvalidJob(format!(
+                    "cannot restore the state of operator {node} subtask {subtask} from \
+                     {location}: {e}"
+                ))
+            })?;
     }
     Ok(())
 }

@@ -397,16 +397,28 @@ impl Batch {
                     .map(|t| (t.name.clone(), t.data_address.clone()))
                     .collect();
                 let on: BTreeSet<&String> = placement.values().collect();
+                let mut handles = 0;
                 for tm in on {
                     let tasks: Vec<usize> = placement
                         .iter()
                         .filter(|(_, p)| *p == tm)
                         .map(|(t, _)| *t)
                         .collect();
-                    let states = tasks
-                        .iter()
-                        .flat_map(|t| self.tasks[t].1.iter().cloned())
-                        .collect();
+                    // A state stored in checkpoint storage goes as its handle (a stub), which
+                    // the task manager resolves: no state's entries cross the job master.
+                    let (mut states, mut deferred) = (Vec::new(), Vec::new());
+                    for (node, subtask, state) in tasks.iter().flat_map(|t| &self.tasks[t].1) {
+                        match state.stub() {
+                            Some(mut stub) => {
+                                if let Some(d) = stub.take_deferred() {
+                                    deferred.push((*node, *subtask, d));
+                                }
+                                states.push((*node, *subtask, stub));
+                            }
+                            None => states.push((*node, *subtask, state.clone())),
+                        }
+                    }
+                    handles += deferred.len();
                     let deployment = WireDeployment {
                         fingerprint: self.fingerprint.clone(),
                         epoch: self.remote.epoch,
@@ -415,6 +427,7 @@ impl Batch {
                         peers: peers.clone(),
                         tasks: tasks.clone(),
                         states,
+                        deferred,
                         restored_from: self.restored_from,
                         max_concurrent_checkpoints: self.max_concurrent_checkpoints,
                     };
@@ -428,6 +441,7 @@ impl Batch {
                 tracing::info!(
                     attempt = self.attempt,
                     tasks = placement.len(),
+                    state_handles = handles,
                     "tasks deployed to task managers"
                 );
                 Ok(placement)

@@ -5,7 +5,7 @@
 //! looks inside.
 
 use crate::error::{TaskError, TaskFailure};
-use crate::state::OperatorState;
+use crate::state::{Deferred, OperatorState};
 use crate::storage::StateFileHandle;
 use crate::task::control::{DeclineReason, TaskControl, TaskReport};
 use serde::{Deserialize, Serialize};
@@ -33,8 +33,12 @@ pub struct Deployment {
     pub peers: BTreeMap<String, String>,
     /// The tasks the receiving task manager runs.
     pub tasks: Vec<usize>,
-    /// The restored state of their operator subtasks, already redistributed.
+    /// The restored state of their operator subtasks, already redistributed: whole, or as a
+    /// stub whose entries [`deferred`](Self::deferred) names.
     pub states: Vec<(NodeId, usize, OperatorState)>,
+    /// Where the entries of the stubs among `states` are: state files in checkpoint storage,
+    /// which the task manager reads before it builds the tasks (restore by handle).
+    pub deferred: Vec<(NodeId, usize, Deferred)>,
     /// The checkpoint the state comes from.
     pub restored_from: Option<CheckpointId>,
     /// Whether checkpointing is enabled, and how many may be pending at once.
@@ -75,11 +79,12 @@ pub enum UpKind {
     Ack {
         /// The checkpoint.
         checkpoint: CheckpointId,
-        /// One entry per operator subtask of its chain (the job master keeps them as its
-        /// restore point for failover).
+        /// One entry per operator subtask of its chain, which the job master keeps as its
+        /// restore point for failover: without its entries when the task manager wrote its
+        /// file (only its keyed stores' handles and whether it finished), whole otherwise.
         states: Vec<(NodeId, usize, OperatorState)>,
         /// The state files the task manager wrote to the checkpoint storage itself (empty when
-        /// it could not: the job master then writes them).
+        /// it could not: the states then travel whole and the job master writes them).
         written: Vec<StateFileHandle>,
     },
     /// A newer checkpoint overtook `checkpoint` during alignment.
@@ -120,16 +125,30 @@ impl UpKind {
         }
     }
 
-    /// The runtime's report, for the task numbered `task`, or `None` for what is not one.
+    /// The runtime's report, for the task numbered `task`, or `None` for what is not one. The
+    /// states of an acknowledgement whose files the task manager wrote become stubs naming
+    /// those files.
     pub(crate) fn into_report(self, task: usize) -> Option<TaskReport> {
         match self {
             UpKind::Ack {
-                checkpoint, states, ..
-            } => Some(TaskReport::Ack {
-                task,
                 checkpoint,
-                states,
-            }),
+                mut states,
+                written,
+            } => {
+                for (node, subtask, state) in states.iter_mut() {
+                    if let Some(h) = written
+                        .iter()
+                        .find(|h| h.node == *node && h.subtask == *subtask)
+                    {
+                        state.defer(Deferred::file(checkpoint, h.clone()));
+                    }
+                }
+                Some(TaskReport::Ack {
+                    task,
+                    checkpoint,
+                    states,
+                })
+            }
             UpKind::Declined { checkpoint } => Some(TaskReport::Decline {
                 task,
                 checkpoint,

@@ -134,10 +134,51 @@ impl Worker {
         lock(&self.running).len()
     }
 
-    /// Fetches, from the job's checkpoint storage, the files of the keyed stores (incremental
-    /// checkpoints) that the restored states of `d` refer to, before [`deploy`](Self::deploy).
+    /// Reads, from the job's checkpoint storage, what the restored states of `d` need before
+    /// [`deploy`](Self::deploy): the state files of the states sent as handles (dealt out here
+    /// when the job was rescaled), then the files of the keyed stores (incremental
+    /// checkpoints) they refer to.
     pub async fn fetch_restored(&self, d: &mut WireDeployment) -> Result<(), JobError> {
-        let (Some(storage), Some(id)) = (&self.job.storage, d.restored_from) else {
+        if d.deferred.is_empty() && d.restored_from.is_none() {
+            return Ok(());
+        }
+        let Some(storage) = &self.job.storage else {
+            if d.deferred.is_empty() {
+                return Ok(());
+            }
+            return Err(JobError::InvalidJob(
+                "the job master sent state as handles to checkpoint storage, but this task \
+                 manager's job configures no checkpoint storage; configure the same storage \
+                 in every process"
+                    .into(),
+            ));
+        };
+        for (node, subtask, deferred) in std::mem::take(&mut d.deferred) {
+            match d
+                .states
+                .iter_mut()
+                .find(|(n, s, _)| *n == node && *s == subtask)
+            {
+                Some((_, _, state)) => state.defer(deferred),
+                None => {
+                    return Err(JobError::Internal(format!(
+                        "a handle for operator {node} subtask {subtask}, which the deployment \
+                         has no state for"
+                    )));
+                }
+            }
+        }
+        let mut states = Vec::new();
+        for (node, subtask, s) in d.states.iter_mut() {
+            states.push((*node, *subtask, s));
+        }
+        crate::checkpoint::persistence::resolve_deferred(
+            storage.as_ref(),
+            states,
+            self.job.config.max_parallelism,
+        )
+        .await?;
+        let Some(id) = d.restored_from else {
             return Ok(());
         };
         let mut states = Vec::new();
@@ -154,6 +195,13 @@ impl Worker {
             return Err(JobError::InvalidJob(
                 "the job master runs a different job graph than this task manager's binary \
                  built (fingerprints differ); run the same build everywhere"
+                    .into(),
+            ));
+        }
+        if !d.deferred.is_empty() || d.states.iter().any(|(_, _, s)| s.deferred().is_some()) {
+            return Err(JobError::Internal(
+                "a deployment with state handles must be fetched (fetch_restored) before it is \
+                 deployed"
                     .into(),
             ));
         }
@@ -389,6 +437,12 @@ impl Forwarder {
         ) = (&self.storage, &mut kind)
         {
             *written = write_states(storage, *checkpoint, states).await;
+            if !written.is_empty() {
+                // Stored: the job master gets handles, not the entries.
+                for (_, _, s) in states.iter_mut() {
+                    *s = s.without_entries();
+                }
+            }
         }
         Up {
             epoch: self.epoch,

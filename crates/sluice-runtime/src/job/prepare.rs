@@ -29,7 +29,13 @@ pub(crate) async fn prepare(spec: &JobSpec) -> Result<Prepared, JobError> {
         match load_latest(&*run.storage, &spec.graph.fingerprint()).await? {
             Some(restored) => {
                 tracing::info!(checkpoint = %restored.id, %location, "resuming from the latest checkpoint");
-                initial = Some(restored);
+                // Where tasks read and write this storage themselves (cluster mode), the job
+                // master keeps only handles to the state files and sends those.
+                initial = Some(if spec.deployer.written_states().is_some() {
+                    restored.into_stubs()
+                } else {
+                    restored
+                });
             }
             None => tracing::info!(%location, "no checkpoint to resume from: starting afresh"),
         }

@@ -18,6 +18,7 @@
 //! [`ValueState`] and [`MapState`] cache decoded values in front of it.
 
 mod backend;
+mod deferred;
 mod keyed;
 mod list;
 mod redistribute;
@@ -27,11 +28,15 @@ pub use backend::{
     StoreScope, StoreStats, StoreWrite,
 };
 pub(crate) use backend::{key_prefix, prefix_end, state_id};
+pub use deferred::Deferred;
+pub(crate) use deferred::Part;
 pub use keyed::{MapState, ValueState};
 pub use list::ListState;
 pub(crate) use redistribute::redistribute;
 
+use crate::storage::StateFileHandle;
 use serde::{Deserialize, Serialize};
+use sluice_core::CheckpointId;
 
 /// A failure to snapshot, restore or attach keyed state.
 #[derive(Debug, thiserror::Error)]
@@ -144,7 +149,7 @@ pub struct BroadcastEntry {
 /// assert_eq!(s.entries().len(), 2);
 /// assert!(!s.is_empty());
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct OperatorState {
     entries: Vec<Vec<u8>>,
     keyed: Vec<KeyGroupEntry>,
@@ -155,7 +160,29 @@ pub struct OperatorState {
     broadcast: Vec<BroadcastEntry>,
     /// The files of the subtask's keyed store, when its snapshots are incremental.
     stores: Vec<StoreHandle>,
+    /// Where this state is stored whole, when known: a checkpoint's state file. Never written.
+    #[serde(skip)]
+    stored_in: Option<(CheckpointId, StateFileHandle)>,
+    /// The state's entries are not here but in checkpoint storage (a stub: see `deferred.rs`).
+    /// Never written.
+    #[serde(skip)]
+    deferred: Option<Box<Deferred>>,
 }
+
+impl PartialEq for OperatorState {
+    /// Two states are equal when they hold the same state; where else it is stored does not
+    /// matter.
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+            && self.keyed == other.keyed
+            && self.finished == other.finished
+            && self.broadcast == other.broadcast
+            && self.stores == other.stores
+            && self.deferred == other.deferred
+    }
+}
+
+impl Eq for OperatorState {}
 
 /// [`OperatorState`] as checkpoints wrote it before keyed stores existed; still read.
 #[derive(Deserialize)]
@@ -194,15 +221,14 @@ impl OperatorState {
                     keyed: old.keyed,
                     finished: old.finished,
                     broadcast: old.broadcast,
-                    stores: Vec::new(),
+                    ..OperatorState::default()
                 }),
                 Err(_) => match sluice_core::codec::decode::<OperatorStateV1>(bytes) {
                     Ok(old) => Ok(OperatorState {
                         entries: old.entries,
                         keyed: old.keyed,
                         finished: old.finished,
-                        broadcast: Vec::new(),
-                        stores: Vec::new(),
+                        ..OperatorState::default()
                     }),
                     Err(_) => Err(e),
                 },
@@ -262,6 +288,7 @@ impl OperatorState {
             && self.keyed.is_empty()
             && self.broadcast.is_empty()
             && self.stores.is_empty()
+            && self.deferred.is_none()
     }
 
     /// Whether the operator had ended its input (`end_input` ran) when this state was taken.
@@ -298,6 +325,51 @@ impl OperatorState {
             finished: false,
             broadcast,
             stores,
+            ..OperatorState::default()
         }
+    }
+
+    /// Records that this state is stored whole in state file `handle` of checkpoint
+    /// `checkpoint` (a checkpoint read back, or a task manager's acknowledgement).
+    pub(crate) fn stored_at(&mut self, checkpoint: CheckpointId, handle: StateFileHandle) {
+        self.stored_in = Some((checkpoint, handle));
+    }
+
+    /// The state's stub (see `deferred.rs`): its keyed stores' handles and finished flag, its
+    /// entries left in checkpoint storage, where [`deferred`](Self::deferred) says. `None` when
+    /// this state is not known to be stored (it travels whole).
+    pub(crate) fn stub(&self) -> Option<OperatorState> {
+        if self.deferred.is_some() {
+            return Some(self.clone());
+        }
+        let (checkpoint, handle) = self.stored_in.clone()?;
+        let mut stub = self.without_entries();
+        stub.deferred = Some(Box::new(Deferred::file(checkpoint, handle)));
+        Some(stub)
+    }
+
+    /// This state without its list, keyed and broadcast entries: what a task manager sends up
+    /// once it stored the state itself.
+    pub(crate) fn without_entries(&self) -> OperatorState {
+        OperatorState {
+            finished: self.finished,
+            stores: self.stores.clone(),
+            ..OperatorState::default()
+        }
+    }
+
+    /// Makes this state a stub whose entries are where `deferred` says.
+    pub(crate) fn defer(&mut self, deferred: Deferred) {
+        self.deferred = Some(Box::new(deferred));
+    }
+
+    /// Where this state's entries are, when they are not here.
+    pub(crate) fn deferred(&self) -> Option<&Deferred> {
+        self.deferred.as_deref()
+    }
+
+    /// Takes the [`Deferred`] out, leaving a state that claims to be whole.
+    pub(crate) fn take_deferred(&mut self) -> Option<Deferred> {
+        self.deferred.take().map(|d| *d)
     }
 }

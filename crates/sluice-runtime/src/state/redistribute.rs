@@ -1,7 +1,7 @@
 //! Handing the states of the old subtasks of an operator to its new subtasks at restore.
 
-use super::OperatorState;
-use crate::key_groups::subtask_for_key_group;
+use super::{Deferred, OperatorState, Part};
+use crate::key_groups::{key_group_range, subtask_for_key_group};
 
 /// Splits the states written by `old.len()` subtasks among `new_parallelism` subtasks.
 ///
@@ -13,6 +13,10 @@ use crate::key_groups::subtask_for_key_group;
 /// subtask whose key groups they overlap. Broadcast entries are the same on every
 /// old subtask: new subtask `i` gets those of old subtask `i % old.len()` (Flink's round robin
 /// over the old copies). Tests of operators reach it through `testing::rescale_states`.
+///
+/// When some old states are stubs (their entries in checkpoint storage, see `deferred.rs`), the
+/// entries cannot be dealt out here: new subtask `i` gets a stub that lists every old state and
+/// asks for share `i`, and whoever resolves it calls this function with the states read back.
 pub(crate) fn redistribute(
     old: Vec<OperatorState>,
     new_parallelism: usize,
@@ -20,6 +24,9 @@ pub(crate) fn redistribute(
 ) -> Vec<OperatorState> {
     if old.len() == new_parallelism {
         return old;
+    }
+    if old.iter().any(|s| s.deferred().is_some()) {
+        return deferred_shares(old, new_parallelism, max_parallelism);
     }
     // An operator whose every subtask had finished stays finished at any parallelism.
     let finished = !old.is_empty() && old.iter().all(OperatorState::is_finished);
@@ -57,16 +64,57 @@ pub(crate) fn redistribute(
             };
             // Every old store holding some of the subtask's key groups: the restore takes those
             // and drops the rest (Flink hands out keyed state handles the same way).
-            let groups = crate::key_groups::key_group_range(i, max_parallelism, new_parallelism);
-            let mine = stores
-                .iter()
-                .filter(|h| h.key_groups.start.max(groups.start) < h.key_groups.end.min(groups.end))
-                .cloned()
-                .collect();
+            let mine = overlapping(&stores, i, max_parallelism, new_parallelism);
             let mut s = OperatorState::from_parts(e, k, broadcast, mine);
             if finished {
                 s.mark_finished();
             }
+            s
+        })
+        .collect()
+}
+
+/// The handles of `stores` that hold key groups of new subtask `i` of `new_parallelism`.
+fn overlapping(
+    stores: &[super::StoreHandle],
+    i: usize,
+    max_parallelism: usize,
+    new_parallelism: usize,
+) -> Vec<super::StoreHandle> {
+    let groups = key_group_range(i, max_parallelism, new_parallelism);
+    stores
+        .iter()
+        .filter(|h| h.key_groups.start.max(groups.start) < h.key_groups.end.min(groups.end))
+        .cloned()
+        .collect()
+}
+
+/// [`redistribute`] of states some of which are stubs: one stub per new subtask naming every
+/// old state and its share, with the store handles and the finished flag it will have once
+/// resolved (the job master lists those in the next checkpoint's metadata only after the
+/// subtask snapshots again, but a failover before that redeploys this stub as it is).
+fn deferred_shares(
+    old: Vec<OperatorState>,
+    new_parallelism: usize,
+    max_parallelism: usize,
+) -> Vec<OperatorState> {
+    let finished = !old.is_empty() && old.iter().all(OperatorState::is_finished);
+    let stores: Vec<super::StoreHandle> = old
+        .iter()
+        .flat_map(|s| s.store_handles().iter().cloned())
+        .collect();
+    let parts: Vec<Part> = old.into_iter().map(Part::of).collect();
+    (0..new_parallelism)
+        .map(|i| {
+            let mine = overlapping(&stores, i, max_parallelism, new_parallelism);
+            let mut s = OperatorState::from_parts(Vec::new(), Vec::new(), Vec::new(), mine);
+            if finished {
+                s.mark_finished();
+            }
+            s.defer(Deferred {
+                parts: parts.clone(),
+                share: Some((i, new_parallelism)),
+            });
             s
         })
         .collect()

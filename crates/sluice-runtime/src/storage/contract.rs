@@ -37,6 +37,7 @@ pub async fn check_blob_store<B: BlobStore>(mut fresh: impl FnMut() -> B) {
     damaged_and_missing_files_are_named_and_skipped_newest_first(fresh()).await;
     a_checkpoint_without_metadata_names_the_missing_metadata(fresh()).await;
     refusals_name_what_is_wrong(fresh()).await;
+    state_files_are_read_back_by_handle(fresh()).await;
 }
 
 /// A blob store that records the puts and deletes made through it, in order.
@@ -299,6 +300,39 @@ async fn checkpoints_round_trip_with_the_metadata_put_last<B: BlobStore>(blobs: 
     assert!(latest.skipped.is_empty());
     assert_eq!(latest.restored, Some(restored));
     assert_eq!(s.completed().await.unwrap(), [CheckpointId(1)]);
+}
+
+/// What a task manager restoring by handle does: one state file read back by the handle
+/// `write_state` returned, checked against it.
+async fn state_files_are_read_back_by_handle<B: BlobStore>(blobs: B) {
+    let s = storage(blobs, 3);
+    let handle = s
+        .write_state(CheckpointId(4), NodeId(0), 1, payload(4, 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.read_state(CheckpointId(4), &handle).await.unwrap(),
+        payload(4, 1)
+    );
+    // A handle that does not describe the file (another length or checksum) is refused,
+    // naming the file.
+    let mut wrong = handle.clone();
+    wrong.crc32 ^= 1;
+    match s.read_state(CheckpointId(4), &wrong).await {
+        Err(StorageError::Corrupt {
+            path,
+            reason: Corruption::MetadataMismatch { .. },
+        }) => assert_eq!(path, s.blobs().path_of(&state_key(4, 1))),
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    // A file that is gone is named.
+    s.blobs().delete(&state_key(4, 1)).await.unwrap();
+    match s.read_state(CheckpointId(4), &handle).await {
+        Err(StorageError::Missing { path }) => {
+            assert_eq!(path, s.blobs().path_of(&state_key(4, 1)))
+        }
+        other => panic!("expected a missing file, got {other:?}"),
+    }
 }
 
 async fn retention_keeps_the_newest_and_ignores_one_in_progress<B: BlobStore>(blobs: B) {

@@ -5,7 +5,7 @@
 
 use super::blob::{BlobStore, join_key};
 use super::format::{self, FileKind, METADATA_FILE};
-use super::verify::{assemble, decode_metadata};
+use super::verify::{assemble, check_listed, decode_metadata};
 use super::{
     CheckpointMetadata, CheckpointStorage, CoordinatorStateHandle, RestoreOutcome,
     RestoredCheckpoint, SkippedCheckpoint, StateFileHandle, StorageError,
@@ -508,6 +508,24 @@ impl<B: BlobStore> CheckpointStorage for BlobCheckpointStorage<B> {
             self.blobs
                 .get_to_file(&join_key(SHARED_DIR, key), path)
                 .await
+        })
+    }
+
+    fn read_state<'a>(
+        &'a self,
+        id: CheckpointId,
+        handle: &'a StateFileHandle,
+    ) -> BoxFuture<'a, Result<Vec<u8>, StorageError>> {
+        Box::pin(async move {
+            let key = join_key(&format::checkpoint_dir_name(id), &handle.file_name);
+            let (header, payload) = self.read(&key, FileKind::State).await?;
+            check_listed(
+                &self.blobs.path_of(&key),
+                &header,
+                handle.length,
+                handle.crc32,
+            )?;
+            Ok(payload)
         })
     }
 

@@ -167,6 +167,15 @@ pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
         job_fingerprint: &'a str,
     ) -> BoxFuture<'a, Result<RestoredCheckpoint, StorageError>>;
 
+    /// Reads back one state file of checkpoint `id` that a task manager or the job master wrote
+    /// (`handle` as [`write_state`](Self::write_state) returned it) and checks its length and
+    /// checksum against the handle: what a task manager does to restore by handle.
+    fn read_state<'a>(
+        &'a self,
+        id: CheckpointId,
+        handle: &'a StateFileHandle,
+    ) -> BoxFuture<'a, Result<Vec<u8>, StorageError>>;
+
     /// Stores the local file at `path` as shared file `key` (below `shared/`), the table file of
     /// a keyed store that later checkpoints refer to without writing it again. A shared file
     /// stays until no retained checkpoint's metadata lists it.

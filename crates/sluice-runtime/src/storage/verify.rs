@@ -53,6 +53,27 @@ pub(crate) fn decode_metadata(
 /// the metadata lists is read by `read` (its file name → the header and payload, whose
 /// framing and checksum `read` has checked) and must have the length and checksum the metadata
 /// recorded.
+/// Checks that the file at `path` with `header` is the one the metadata listed: `length` bytes
+/// with checksum `crc32`.
+pub(crate) fn check_listed(
+    path: &Path,
+    header: &Header,
+    length: u64,
+    crc32: u32,
+) -> Result<(), StorageError> {
+    if header.len != length || header.crc32 != crc32 {
+        let describe = |len: u64, crc: u32| format!("{len} bytes with crc32 {crc:#010x}");
+        return Err(StorageError::Corrupt {
+            path: path.to_path_buf(),
+            reason: Corruption::MetadataMismatch {
+                expected: describe(length, crc32),
+                found: describe(header.len, header.crc32),
+            },
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn assemble(
     location: PathBuf,
     metadata: CheckpointMetadata,
@@ -60,17 +81,8 @@ pub(crate) fn assemble(
 ) -> Result<RestoredCheckpoint, StorageError> {
     let mut read_checked = |file_name: &str, length: u64, crc32: u32| {
         let (header, payload) = read(file_name)?;
-        if header.len != length || header.crc32 != crc32 {
-            let describe = |len: u64, crc: u32| format!("{len} bytes with crc32 {crc:#010x}");
-            return Err(StorageError::Corrupt {
-                path: location.join(file_name),
-                reason: Corruption::MetadataMismatch {
-                    expected: describe(length, crc32),
-                    found: describe(header.len, header.crc32),
-                },
-            });
-        }
-        Ok(payload)
+        check_listed(&location.join(file_name), &header, length, crc32)?;
+        Ok::<_, StorageError>(payload)
     };
     let mut states = BTreeMap::new();
     for f in &metadata.state_files {
