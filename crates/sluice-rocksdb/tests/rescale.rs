@@ -6,8 +6,10 @@
 //! checkpoints of either backend restore into the other.
 
 use sluice_connectors::file::{JsonLinesSink, read_committed};
+use sluice_core::CheckpointId;
 use sluice_rocksdb::RocksDbStateBackend;
 use sluice_runtime::prelude::*;
+use sluice_runtime::state::{KeyedListState, MapState};
 use sluice_runtime::testing::CountingPassThrough;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,13 +29,103 @@ struct Seen {
     reached: Arc<Notify>,
 }
 
-fn build(env: &StreamEnvironment, n: Option<u64>, seen: Seen, out: &Path) {
+/// Passes records through and keeps, per key, every value in a [`KeyedListState`] and how
+/// many were even and odd in a [`MapState`]; at end of input emits `(key, u64::MAX - count)`
+/// as [`CountingPassThrough`] does, after checking that the list and the map agree.
+#[derive(Clone)]
+struct Listed {
+    values: KeyedListState<u64, u64>,
+    parity: MapState<u64, bool, u64>,
+    max_parallelism: usize,
+}
+
+impl Listed {
+    fn new() -> Self {
+        Listed {
+            values: KeyedListState::new("values"),
+            parity: MapState::new("parity"),
+            max_parallelism: 128,
+        }
+    }
+}
+
+impl Operator<(u64, u64)> for Listed {
+    type Out = (u64, u64);
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.max_parallelism = ctx.max_parallelism();
+        ctx.attach_keyed_state(&mut self.values)?;
+        ctx.attach_keyed_state(&mut self.parity)?;
+        Ok(())
+    }
+    fn process_batch(
+        &mut self,
+        batch: Vec<(u64, u64)>,
+        out: &mut Collector<(u64, u64)>,
+    ) -> Result<(), UserError> {
+        for (k, v) in batch {
+            self.values.add(k, v);
+            let even = v % 2 == 0;
+            let n = self.parity.get(&k, &even).copied().unwrap_or(0);
+            self.parity.put(k, even, n + 1);
+            out.collect((k, v));
+        }
+        match self
+            .values
+            .take_error()
+            .or_else(|| self.parity.take_error())
+        {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+    fn end_input(&mut self, out: &mut Collector<(u64, u64)>) -> Result<(), UserError> {
+        let mut finals = Vec::new();
+        self.values.for_each(|k, values| {
+            finals.push((*k, values.len() as u64));
+            Ok::<(), UserError>(())
+        })?;
+        for (k, n) in finals {
+            let by_parity: u64 = self.parity.entries(&k).map_or(0, |m| m.values().sum());
+            if by_parity != n {
+                return Err(format!("key {k}: {n} values listed, {by_parity} counted").into());
+            }
+            out.collect((k, u64::MAX - n));
+        }
+        Ok(())
+    }
+    fn snapshot_state(
+        &mut self,
+        _: CheckpointId,
+        _: &mut Collector<(u64, u64)>,
+    ) -> Result<OperatorState, UserError> {
+        let mut s = OperatorState::default();
+        self.values.snapshot_into(self.max_parallelism, &mut s)?;
+        self.parity.snapshot_into(self.max_parallelism, &mut s)?;
+        Ok(s)
+    }
+    fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
+        self.values.restore_from(&state)?;
+        self.parity.restore_from(&state)?;
+        Ok(())
+    }
+}
+
+/// Which keyed operator counts.
+#[derive(Clone, Copy)]
+enum Counter {
+    /// `CountingPassThrough`: a `ValueState` count per key.
+    Value,
+    /// [`Listed`]: a `KeyedListState` and a `MapState` per key.
+    ListAndMap,
+}
+
+fn build(env: &StreamEnvironment, n: Option<u64>, seen: Seen, out: &Path, counter: Counter) {
     let source = Generator::new(|i| (i % KEYS, i)).rate_limit(100_000.0);
     let source = match n {
         Some(n) => env.from_generator(source.take(n)),
         None => env.from_generator(source),
     };
-    source
+    let source = source
         // One source subtask in every run, so that only the keyed state is rescaled.
         .parallelism(1)
         .map(move |r: (u64, u64)| {
@@ -44,9 +136,12 @@ fn build(env: &StreamEnvironment, n: Option<u64>, seen: Seen, out: &Path) {
             r
         })
         .parallelism(1)
-        .key_by(|r: &(u64, u64)| r.0)
-        .process(CountingPassThrough::new())
-        .sink_to_exactly_once(JsonLinesSink::new(out, "counted"));
+        .key_by(|r: &(u64, u64)| r.0);
+    let counted = match counter {
+        Counter::Value => source.process(CountingPassThrough::new()),
+        Counter::ListAndMap => source.process(Listed::new()),
+    };
+    counted.sink_to_exactly_once(JsonLinesSink::new(out, "counted"));
 }
 
 fn env_at(p: usize, checkpoints: &Path, restore: bool) -> StreamEnvironment {
@@ -61,9 +156,15 @@ fn env_at(p: usize, checkpoints: &Path, restore: bool) -> StreamEnvironment {
 }
 
 /// Runs until the source passed `mark`, then stops with a savepoint.
-async fn run_and_stop(env: StreamEnvironment, seen: &Seen, mark: u64, out: &Path) {
+async fn run_and_stop(
+    env: StreamEnvironment,
+    seen: &Seen,
+    mark: u64,
+    out: &Path,
+    counter: Counter,
+) {
     seen.mark.store(mark, Ordering::SeqCst);
-    build(&env, None, seen.clone(), out);
+    build(&env, None, seen.clone(), out, counter);
     let job = env.submit("counting").unwrap();
     seen.reached.notified().await;
     let savepoint = job.stop_with_savepoint().await.unwrap();
@@ -73,17 +174,29 @@ async fn run_and_stop(env: StreamEnvironment, seen: &Seen, mark: u64, out: &Path
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_in_rocksdb_survive_rescaling_from_2_to_3_to_1_and_a_switch_to_the_heap() {
-    rescale(false).await;
+    rescale(false, Counter::Value).await;
+}
+
+/// Keyed list and map state in RocksDB, likewise (full checkpoints, then the heap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_and_maps_in_rocksdb_survive_rescaling_from_2_to_3_to_1() {
+    rescale(false, Counter::ListAndMap).await;
 }
 
 /// The same with incremental checkpoints: each restore opens the stores from the checkpoint's
 /// shared files (the last run too, in RocksDB: the heap cannot read store files).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn incremental_checkpoints_survive_rescaling_from_2_to_3_to_1() {
-    rescale(true).await;
+    rescale(true, Counter::Value).await;
 }
 
-async fn rescale(incremental: bool) {
+/// Keyed list and map state with incremental checkpoints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_lists_and_maps_survive_rescaling_from_2_to_3_to_1() {
+    rescale(true, Counter::ListAndMap).await;
+}
+
+async fn rescale(incremental: bool, counter: Counter) {
     let checkpoints = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
@@ -102,7 +215,7 @@ async fn rescale(incremental: bool) {
 
     let env = env_at(2, checkpoints.path(), false);
     env.set_state_backend(rocksdb());
-    run_and_stop(env, &seen, 5_000, out.path()).await;
+    run_and_stop(env, &seen, 5_000, out.path(), counter).await;
     let instance = state.path().join(format!("p{}", std::process::id()));
     assert!(
         instance.is_dir(),
@@ -112,7 +225,7 @@ async fn rescale(incremental: bool) {
     let env = env_at(3, checkpoints.path(), true);
     env.set_state_backend(rocksdb());
     let mark = seen.max.load(Ordering::SeqCst) + 5_000;
-    run_and_stop(env, &seen, mark, out.path()).await;
+    run_and_stop(env, &seen, mark, out.path(), counter).await;
 
     if incremental {
         let shared = checkpoints.path().join("shared");
@@ -126,7 +239,7 @@ async fn rescale(incremental: bool) {
     if incremental {
         env.set_state_backend(rocksdb());
     }
-    build(&env, Some(n), seen.clone(), out.path());
+    build(&env, Some(n), seen.clone(), out.path(), counter);
     env.execute("counting: last run").await.unwrap();
 
     let committed: Vec<(u64, u64)> = read_committed(out.path()).unwrap();
@@ -182,11 +295,11 @@ async fn an_incremental_checkpoint_restored_on_the_heap_is_refused_naming_the_ba
     };
     let env = env_at(2, checkpoints.path(), false);
     env.set_state_backend(RocksDbStateBackend::new(state.path()).incremental(true));
-    run_and_stop(env, &seen, 2_000, out.path()).await;
+    run_and_stop(env, &seen, 2_000, out.path(), Counter::Value).await;
 
     let env = env_at(2, checkpoints.path(), true);
     env.set_restart_strategy(sluice_runtime::failover::RestartStrategy::none());
-    build(&env, Some(10_000), seen.clone(), out.path());
+    build(&env, Some(10_000), seen.clone(), out.path(), Counter::Value);
     let e = env.execute("on the heap").await.unwrap_err().to_string();
     assert!(
         e.contains("rocksdb files") && e.contains("heap state backend"),

@@ -30,7 +30,9 @@
 //! - operators: [`Operator`], [`Collector`] (records, event times, watermarks out),
 //!   [`OperatorContext`] (subtask, parallelism, metrics, coordinator events), and
 //!   [`OperatorState`] with the typed views [`state::ValueState`], [`state::MapState`],
-//!   [`state::ListState`], snapshotted and restored by key group at any parallelism;
+//!   [`state::KeyedListState`] (keyed, in the job's keyed store when it has one) and
+//!   [`state::ListState`] (operator state), snapshotted and restored by key group at any
+//!   parallelism;
 //! - keyed logic with timers: [`process::KeyedProcessFunction`], its [`process::Context`] and
 //!   [`process::TimerService`] ([`process::TimeDomain`]), side outputs ([`process::OutputTag`]);
 //! - sources: [`SourceHead`] and [`SourceHeadPoll`] (a source at the head of a task that takes

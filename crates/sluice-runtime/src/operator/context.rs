@@ -2,7 +2,9 @@
 
 use crate::metrics::OperatorMetrics;
 use crate::operator::to_coordinator::{CoordinatorLink, LinkError};
-use crate::state::{KeyedStore, StateBackend, StateError, StoreError, StoreScope, ValueState};
+use crate::state::{
+    AttachKeyedState, KeyedStore, StateBackend, StateError, StoreError, StoreScope,
+};
 use serde::{Serialize, de::DeserializeOwned};
 use sluice_core::{AttemptNumber, NodeId, OperatorEvent, SubtaskIndex, UserError};
 use std::hash::Hash;
@@ -185,16 +187,14 @@ impl OperatorContext {
         Ok(Some((store, backend.cache_bytes())))
     }
 
-    /// Puts `state` in front of this subtask's keyed store when the job's state backend has
-    /// one (see [`ValueState::attach`]); on the heap it does nothing. Keyed operators call it in
-    /// `open`, after `initialize_state` restored what they had.
-    pub fn attach_keyed_state<K, V>(&self, state: &mut ValueState<K, V>) -> Result<(), StateError>
-    where
-        K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-        V: Serialize + DeserializeOwned,
-    {
+    /// Puts `state` (a [`ValueState`](crate::state::ValueState), `MapState` or `KeyedListState`)
+    /// in front of this subtask's keyed store when the job's state backend has one (see
+    /// [`ValueState::attach`](crate::state::ValueState::attach));
+    /// on the heap it does nothing. Keyed operators call it in `open`, after `initialize_state`
+    /// restored what they had; each state shares the store's memory budget.
+    pub fn attach_keyed_state<S: AttachKeyedState>(&self, state: &mut S) -> Result<(), StateError> {
         if let Some((store, cache_bytes)) = self.keyed_store()? {
-            state.attach(store, self.max_parallelism(), cache_bytes, &self.describe())?;
+            state.attach_to(store, self.max_parallelism(), cache_bytes, &self.describe())?;
         }
         Ok(())
     }
@@ -359,7 +359,7 @@ impl OperatorContext {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::MemoryStateBackend;
+    use crate::state::{MemoryStateBackend, ValueState};
 
     #[test]
     fn a_keyed_store_publishes_its_size_with_the_subtask_metrics() {

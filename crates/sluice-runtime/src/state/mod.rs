@@ -12,10 +12,10 @@
 //!   broadcast state pattern). At another parallelism, new subtask `i` gets the broadcast entries
 //!   of old subtask `i % old_parallelism`, as Flink hands out broadcast state.
 //!
-//! [`ValueState`], [`MapState`] and [`ListState`] are typed views that write and read these.
-//! Keyed state lives on the heap unless the job sets a [`StateBackend`] with a store
-//! (`backend.rs`: the [`KeyedStore`] and [`KeyedStateBackend`] traits), in which case
-//! [`ValueState`] and [`MapState`] cache decoded values in front of it.
+//! [`ValueState`], [`MapState`], [`KeyedListState`] (keyed) and [`ListState`] (operator state)
+//! are typed views that write and read these. Keyed state lives on the heap unless the job sets
+//! a [`StateBackend`] with a store (`backend.rs`: the [`KeyedStore`] and [`KeyedStateBackend`]
+//! traits), in which case the keyed views cache decoded values in front of it.
 
 mod backend;
 mod deferred;
@@ -30,7 +30,7 @@ pub use backend::{
 pub(crate) use backend::{key_prefix, prefix_end, state_id};
 pub use deferred::Deferred;
 pub(crate) use deferred::Part;
-pub use keyed::{MapState, ValueState};
+pub use keyed::{AttachKeyedState, KeyedListState, MapState, ValueState};
 pub use list::ListState;
 pub(crate) use redistribute::redistribute;
 
