@@ -1,5 +1,6 @@
 //! Windows and timers with their state in RocksDB and incremental checkpoints: tumbling and
-//! session windows and a keyed process function with event-time timers run at parallelism 2
+//! session windows (also with an evictor, which runs the triggered window operator) and a keyed
+//! process function with event-time timers run at parallelism 2
 //! with failures injected, are stopped with a savepoint, and finish at parallelism 3. Each
 //! window's count and each timer is committed exactly once: the window contents and the timers,
 //! which live in RocksDB and reach checkpoints only as the stores' files, came back from those
@@ -11,7 +12,7 @@ use sluice_runtime::failover::RestartStrategy;
 use sluice_runtime::prelude::*;
 use sluice_runtime::process::{Context, KeyedProcessFunction};
 use sluice_runtime::testing::FailureInjector;
-use sluice_runtime::window::{EventTimeSessionWindows, TumblingEventTimeWindows};
+use sluice_runtime::window::{CountEvictor, EventTimeSessionWindows, TumblingEventTimeWindows};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -106,6 +107,25 @@ fn build(env: &StreamEnvironment, n: Option<u64>, seen: Seen, out: &Path, fail: 
         )))
         .reduce(|a, b| (a.0, a.1, a.2 + b.2))
         .sink_to_exactly_once(JsonLinesSink::new(out.join("sessions"), "s"));
+    // The same windows with an evictor that keeps every record: the triggered (evicting)
+    // operator, its window contents, sessions and cleanup timers in RocksDB.
+    let keep_all = || CountEvictor::of(usize::MAX);
+    timed
+        .map(counted)
+        .key_by(|r: &(u64, i64, u64)| r.0)
+        .window(TumblingEventTimeWindows::of(Duration::from_millis(100)))
+        .evictor(keep_all())
+        .reduce(|a, b| (a.0, a.1, a.2 + b.2))
+        .sink_to_exactly_once(JsonLinesSink::new(out.join("evicting-tumbling"), "w"));
+    timed
+        .map(|r: Rec| (r.0, r.1 as i64, 1u64))
+        .key_by(|r: &(u64, i64, u64)| r.0)
+        .window(EventTimeSessionWindows::with_gap(Duration::from_millis(
+            300,
+        )))
+        .evictor(keep_all())
+        .reduce(|a, b| (a.0, a.1, a.2 + b.2))
+        .sink_to_exactly_once(JsonLinesSink::new(out.join("evicting-sessions"), "s"));
     timed
         .key_by(|r: &Rec| r.0)
         .process_keyed(TimerPerTenth)
@@ -191,6 +211,16 @@ async fn windows_and_timers_in_rocksdb_are_exactly_once_across_failures_and_a_re
         "every tumbling window once, whole"
     );
     assert_eq!(committed("sessions"), sessions, "every session once, whole");
+    assert_eq!(
+        committed("evicting-tumbling"),
+        tumbling,
+        "with an evictor, every tumbling window once, whole"
+    );
+    assert_eq!(
+        committed("evicting-sessions"),
+        sessions,
+        "with an evictor, every session once, whole"
+    );
     let fired: Vec<(u64, i64)> = read_committed(&out.path().join("timers")).unwrap();
     let mut once = BTreeMap::new();
     for t in fired {

@@ -429,8 +429,67 @@ proptest! {
         } else {
             AnyTrigger::from_trigger(CountTrigger::of(n))
         };
-        check_restore(|| triggered_operator(a, lateness, trigger()), &evs, cut, parallelism)?;
-        check_restore(|| evicting_operator(a, lateness, trigger()), &evs, cut, parallelism)?;
+        let on = Backends::Heap;
+        check_restore(|| triggered_operator(a, lateness, trigger()), &evs, cut, parallelism, on)?;
+        check_restore(|| evicting_operator(a, lateness, trigger()), &evs, cut, parallelism, on)?;
+    }
+
+    /// The triggered and evicting operators with their window contents, trigger state and
+    /// sessions in a store (a cache of 16 values per state) follow the model too.
+    #[test]
+    fn the_triggered_operator_in_a_store_matches_the_model(
+        evs in events(), a in any_assigner(), lateness in lateness()
+    ) {
+        let want = run_model(a, lateness, &evs);
+        let t = || AnyTrigger::from_trigger(EventTimeTrigger::create());
+        let mut op = triggered_operator(a, lateness, t());
+        op.open(&store_context(0, 1)).unwrap();
+        prop_assert_eq!(&run_operator_on(&mut op, &evs), &want);
+        let mut op = evicting_operator(a, lateness, t());
+        op.open(&store_context(0, 1)).unwrap();
+        prop_assert_eq!(&run_operator_on(&mut op, &evs), &want);
+    }
+
+    /// With a count trigger, a snapshot of the triggered operator taken with its state in a
+    /// store or on the heap restores into either, at parallelism 1 or 2, and continues as the
+    /// original.
+    #[test]
+    fn the_triggered_operator_moves_between_the_heap_and_a_store(
+        evs in events(), cut in 0usize..120, a in any_assigner(), lateness in lateness(),
+        n in 1u64..4, from_store in any::<bool>(), to_store in any::<bool>(),
+        parallelism in 1usize..3,
+    ) {
+        let trigger = || AnyTrigger::from_trigger(CountTrigger::of(n));
+        let on = Backends::Stores { from: from_store, to: to_store };
+        check_restore(|| triggered_operator(a, lateness, trigger()), &evs, cut, parallelism, on)?;
+        check_restore(|| evicting_operator(a, lateness, trigger()), &evs, cut, parallelism, on)?;
+    }
+}
+
+/// Where the operators of `check_restore` keep their keyed state before and after the restore.
+#[derive(Clone, Copy)]
+enum Backends {
+    Heap,
+    Stores { from: bool, to: bool },
+}
+
+impl Backends {
+    fn context(self, before: bool, subtask: usize, parallelism: usize) -> OperatorContext {
+        let store = match self {
+            Backends::Heap => false,
+            Backends::Stores { from, to } => {
+                if before {
+                    from
+                } else {
+                    to
+                }
+            }
+        };
+        if store {
+            store_context(subtask, parallelism)
+        } else {
+            OperatorContext::for_test("window", subtask, parallelism)
+        }
     }
 }
 
@@ -441,14 +500,13 @@ fn check_restore<Op: Operator<Rec, Out = Tagged<Out>>>(
     evs: &[Ev],
     cut: usize,
     parallelism: usize,
+    on: Backends,
 ) -> Result<(), TestCaseError> {
     const MAX_PARALLELISM: usize = 128;
     let cut = cut.min(evs.len());
     let whole = run_operator(make(), evs);
     let mut first = make();
-    first
-        .open(&OperatorContext::for_test("window", 0, 1))
-        .unwrap();
+    first.open(&on.context(true, 0, 1)).unwrap();
     let head = run_operator_on(&mut first, &evs[..cut]);
     let mut c = Collector::new();
     let state = first
@@ -459,8 +517,7 @@ fn check_restore<Op: Operator<Rec, Out = Tagged<Out>>>(
     for (i, state) in states.into_iter().enumerate() {
         let mut op = make();
         op.initialize_state(state).unwrap();
-        op.open(&OperatorContext::for_test("window", i, parallelism))
-            .unwrap();
+        op.open(&on.context(false, i, parallelism)).unwrap();
         if let Some(w) = last_watermark(&evs[..cut]) {
             let steps = run_operator_on(&mut op, &[Ev::Wm(w)]);
             prop_assert_eq!(&steps[0], &(Vec::new(), Vec::new()), "nothing is due twice");
@@ -764,6 +821,30 @@ proptest! {
         }
         prop_assert_eq!(both, whole);
     }
+}
+
+/// With a store, the triggered operator's window contents and trigger state are in it, and
+/// every window's go once it is cleaned up.
+#[test]
+fn with_a_store_the_triggered_operator_keeps_its_windows_there_until_cleanup() {
+    let a = TumblingEventTimeWindows::of(Duration::from_millis(10));
+    let mut op = triggered_operator(a, 5, AnyTrigger::from_trigger(CountTrigger::of(2)));
+    op.open(&store_context(0, 1)).unwrap();
+    assert!(op.windows.is_attached() && op.trigger_state.is_attached());
+    let evs: Vec<Ev> = (0..200).map(|i| Ev::Rec((i % 3) as u8, i)).collect();
+    run_operator_on(&mut op, &evs);
+    assert!(!op.windows.entries().unwrap().is_empty());
+    assert!(!op.trigger_state.entries().unwrap().is_empty());
+    run_operator_on(&mut op, &[Ev::Wm(i64::MAX)]);
+    assert!(
+        op.windows.entries().unwrap().is_empty(),
+        "contents cleaned up"
+    );
+    assert!(
+        op.trigger_state.entries().unwrap().is_empty(),
+        "trigger state cleared"
+    );
+    assert!(op.timers.is_empty());
 }
 
 /// With a store, a window's contents are not on the heap: the panes keep their windows only,

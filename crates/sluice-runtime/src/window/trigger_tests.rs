@@ -75,6 +75,14 @@ fn evicting<Tr: Trigger<Rec> + Clone, E: Evictor<Rec> + Clone>(
     )
 }
 
+/// Key `k`'s global window, as the operator's tables key it.
+fn in_global(k: u8) -> super::triggered::KeyWindow<u8> {
+    super::triggered::KeyWindow {
+        key: k,
+        window: TimeWindow::GLOBAL,
+    }
+}
+
 /// Drives one operator by hand and collects its main output.
 struct Drive<Op> {
     op: Op,
@@ -183,7 +191,7 @@ fn count_trigger_adds_up_the_counts_of_merged_sessions() {
     assert_eq!(d.at(&[(1, 0), (1, 15)]).unwrap(), vec![]);
     // [8, 18) touches [0, 10) and [15, 25): the merged count 2, then this record's.
     assert_eq!(d.at(&[(1, 8)]).unwrap(), vec![(1, 0, vec![0, 15, 8])]);
-    assert_eq!(d.op.sessions[&1], vec![TimeWindow::new(0, 25)]);
+    assert_eq!(d.op.sessions.get(&1), Some(&vec![TimeWindow::new(0, 25)]));
     assert!(d.op.trigger_state.is_empty(), "the fired count restarted");
     assert_eq!(d.wm(24), vec![]);
     assert!(d.op.windows.is_empty() && d.op.sessions.is_empty() && d.op.timers.is_empty());
@@ -319,7 +327,7 @@ fn continuous_event_time_trigger_merges_sessions_to_the_earliest_fire_time() {
     d.at(&[(1, 0), (1, 20)]).unwrap();
     // [10, 20) merges both into [0, 30), which fires first at 4.
     d.at(&[(1, 10)]).unwrap();
-    assert_eq!(d.op.sessions[&1], vec![TimeWindow::new(0, 30)]);
+    assert_eq!(d.op.sessions.get(&1), Some(&vec![TimeWindow::new(0, 30)]));
     assert_eq!(d.wm(4), vec![(1, 0, vec![0, 20, 10])]);
     // Then at 8, 12, ..., 28 and at the end, 29.
     let fired = d.wm(29);
@@ -391,7 +399,7 @@ fn count_evictor_keeps_the_newest_records_before_or_after_the_function() {
         after.untimed(&recs).unwrap(),
         vec![(1, G, vec![1, 2, 3]), (1, G, vec![2, 3, 4, 5, 6])]
     );
-    assert_eq!(after.op.windows[&(1, TimeWindow::GLOBAL)].len(), 2);
+    assert_eq!(after.op.windows.get(&in_global(1)).map(Vec::len), Some(2));
 }
 
 /// EvictingWindowOperatorTest with a TimeEvictor: the records within the size of the newest
@@ -409,7 +417,11 @@ fn time_evictor_keeps_the_last_stretch_of_event_time_before_or_after_the_functio
     let after_evictor = TimeEvictor::of(size).do_evict_after(true);
     let mut after = Drive::new(evicting(global(), CountTrigger::of(4), after_evictor));
     assert_eq!(after.at(&recs).unwrap(), vec![(1, G, vec![1, 2, 5, 6])]);
-    let kept: Vec<i64> = after.op.windows[&(1, TimeWindow::GLOBAL)]
+    let kept: Vec<i64> = after
+        .op
+        .windows
+        .get(&in_global(1))
+        .unwrap()
         .iter()
         .map(|r| r.value.1)
         .collect();

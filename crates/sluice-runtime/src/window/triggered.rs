@@ -20,31 +20,56 @@
 //!
 //! Checkpoints hold, per key group: the windows' contents, the trigger's partitioned state of
 //! each (key, window), the session windows of each key, and the timers; so all of them restore
-//! at another parallelism.
+//! at another parallelism. The three tables are keyed states (a [`KeyWindow`] is a key of the
+//! first two, hashed by its key alone so that it stays in its key's key group): on the heap by
+//! default, in the job's keyed store when it has one, with the timers (Flink keeps window and
+//! trigger state in RocksDB likewise).
 
 use super::assigner::TimeWindow;
 use super::evictor::{AnyEvictor, Evictor, EvictorContext, TimestampedValue};
 use super::function::WindowContents;
 use super::operator::WindowSpec;
+use super::stored::kept;
 use super::trigger::{OnMergeContext, TimerRequest, Trigger, TriggerContext, TriggerState};
 use super::triggers::AnyTrigger;
-use crate::key_groups::key_group;
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::process::{StateKey, Tagged, TimedOperator};
-use crate::state::{KeyGroupEntry, OperatorState};
+use crate::state::{OperatorState, ValueState};
 use crate::timer::{InternalTimers, ProcessingClock, TimeDomain, Timer};
-use rustc_hash::FxHashMap;
-use serde::{Serialize, de::DeserializeOwned};
-use sluice_core::codec;
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sluice_core::{AttemptNumber, CheckpointId, Data, NO_TIMESTAMP, UserError, Watermark};
-use std::collections::hash_map::Entry;
 use std::fmt::Debug;
+use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 use std::task::Poll;
 
 pub(super) const CONTENTS_STATE: &str = "_window/triggered/contents";
 pub(super) const TRIGGER_STATE: &str = "_window/triggered/trigger-state";
 pub(super) const SESSIONS_STATE: &str = "_window/triggered/sessions";
+
+/// A key's window as a key of keyed state: encoded key first, then the window (so a
+/// checkpoint holds `(key, window, value)`s per key group), hashed by the key alone (so it is
+/// in its key's key group).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct KeyWindow<K> {
+    pub(super) key: K,
+    pub(super) window: TimeWindow,
+}
+
+impl<K: Hash> Hash for KeyWindow<K> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key.hash(state);
+    }
+}
+
+impl<K: Clone> KeyWindow<K> {
+    fn of(key: &K, window: TimeWindow) -> Self {
+        KeyWindow {
+            key: key.clone(),
+            window,
+        }
+    }
+}
 
 /// What a window of the triggered operator keeps, and how it fires.
 pub(crate) trait WindowStore<K, In>: Clone + Send + 'static {
@@ -173,12 +198,12 @@ pub(crate) struct TriggerWindowOperator<In, K, KF, S: WindowStore<K, In>> {
     store: S,
     key_fn: KF,
     /// The contents of each (key, window) that holds any.
-    pub(super) windows: FxHashMap<(K, TimeWindow), S::State>,
+    pub(super) windows: ValueState<KeyWindow<K>, S::State>,
     /// The trigger's partitioned state of each (key, window) that has any.
-    pub(super) trigger_state: FxHashMap<(K, TimeWindow), TriggerState>,
+    pub(super) trigger_state: ValueState<KeyWindow<K>, TriggerState>,
     /// Session windows only: each key's windows (a window stays until its cleanup, also when
     /// its contents were purged).
-    pub(super) sessions: FxHashMap<K, Vec<TimeWindow>>,
+    pub(super) sessions: ValueState<K, Vec<TimeWindow>>,
     pub(super) timers: InternalTimers<K, TimeWindow>,
     requests: Vec<TimerRequest>,
     assigned: Vec<TimeWindow>,
@@ -210,9 +235,9 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
             trigger,
             store,
             key_fn,
-            windows: FxHashMap::default(),
-            trigger_state: FxHashMap::default(),
-            sessions: FxHashMap::default(),
+            windows: ValueState::new(CONTENTS_STATE),
+            trigger_state: ValueState::new(TRIGGER_STATE),
+            sessions: ValueState::new(SESSIONS_STATE),
             timers: InternalTimers::new("window"),
             requests: Vec::new(),
             assigned: Vec::new(),
@@ -225,6 +250,15 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
 
     fn event_time(&self) -> bool {
         self.spec.assigner.is_event_time()
+    }
+
+    /// The first failure of the keyed store behind the operator's states since the last check
+    /// (none on the heap).
+    fn store_failure(&mut self) -> Result<(), UserError> {
+        kept(&mut self.windows)?;
+        kept(&mut self.trigger_state)?;
+        kept(&mut self.sessions)?;
+        Ok(())
     }
 
     fn merging(&self) -> bool {
@@ -310,9 +344,9 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
         now: i64,
         f: impl FnOnce(&AnyTrigger<In>, &mut TriggerContext<'_>) -> Result<R, UserError>,
     ) -> Result<R, UserError> {
-        let mut slot = if self.trigger_uses_state && !self.trigger_state.is_empty() {
+        let mut slot = if self.trigger_uses_state {
             self.trigger_state
-                .remove(&(key.clone(), w))
+                .remove(&KeyWindow::of(key, w))
                 .unwrap_or_default()
         } else {
             TriggerState::default()
@@ -326,7 +360,7 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
         );
         let result = f(&self.trigger, &mut ctx);
         if !slot.is_empty() {
-            self.trigger_state.insert((key.clone(), w), slot);
+            self.trigger_state.update(KeyWindow::of(key, w), slot);
         }
         self.apply_requests(key, w);
         result
@@ -337,7 +371,9 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
     fn clear_trigger(&mut self, key: &K, w: TimeWindow, now: i64) -> Result<(), UserError> {
         self.call_trigger(key, w, now, |t, ctx| t.clear(&w, ctx))
             .map_err(|e| trigger_failed("clear", &w, e))?;
-        self.trigger_state.remove(&(key.clone(), w));
+        if self.trigger_uses_state {
+            self.trigger_state.remove(&KeyWindow::of(key, w));
+        }
         Ok(())
     }
 
@@ -353,7 +389,7 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
             self.fire(key, w, out)?;
         }
         if result.is_purge() {
-            self.windows.remove(&(key.clone(), w));
+            self.windows.remove(&KeyWindow::of(key, w));
         }
         Ok(())
     }
@@ -375,13 +411,14 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
             results,
             ..
         } = self;
-        let Entry::Occupied(mut e) = windows.entry((key.clone(), w)) else {
+        let kw = KeyWindow::of(key, w);
+        let Some(state) = windows.get_mut(&kw) else {
             return Ok(());
         };
         results.clear();
-        let left = store.fire(key, &w, e.get_mut(), &ctx, results)?;
+        let left = store.fire(key, &w, state, &ctx, results)?;
         if !left {
-            e.remove();
+            windows.remove(&kw);
         }
         for r in results.drain(..) {
             out.collect_at(Tagged::Main(r), w.max_timestamp());
@@ -426,10 +463,12 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
         let result = self
             .call_trigger(key, w, now, |t, ctx| t.on_element(&record, ts, &w, ctx))
             .map_err(|e| trigger_failed("on_element", &w, e))?;
-        match self.windows.entry((key.clone(), w)) {
-            Entry::Occupied(mut e) => self.store.add(e.get_mut(), record, timestamp),
-            Entry::Vacant(e) => {
-                e.insert(self.store.create(record, timestamp));
+        let kw = KeyWindow::of(key, w);
+        match self.windows.get_mut(&kw) {
+            Some(state) => self.store.add(state, record, timestamp),
+            None => {
+                self.windows
+                    .update(kw, self.store.create(record, timestamp));
             }
         }
         self.apply_result(key, w, result, out)?;
@@ -496,7 +535,7 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
             .unwrap_or_default();
         let actual = match touching.as_slice() {
             [] => {
-                self.sessions.entry(key.clone()).or_default().push(w);
+                self.sessions.get_or_default(key.clone()).push(w);
                 w
             }
             [one] if one.start <= w.start && one.end >= w.end => *one,
@@ -540,7 +579,7 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
             )
             .into());
         }
-        let existing = self.sessions.entry(key.clone()).or_default();
+        let existing = self.sessions.get_or_default(key.clone());
         existing.retain(|x| !merged.contains(x));
         existing.push(cover);
         // The trigger's on_merge, with the merged windows' state beside the new window's.
@@ -548,13 +587,13 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
             .iter()
             .map(|m| {
                 self.trigger_state
-                    .remove(&(key.clone(), *m))
+                    .remove(&KeyWindow::of(key, *m))
                     .unwrap_or_default()
             })
             .collect();
         let mut target = self
             .trigger_state
-            .remove(&(key.clone(), cover))
+            .remove(&KeyWindow::of(key, cover))
             .unwrap_or_default();
         self.requests.clear();
         let ctx = TriggerContext::new(
@@ -567,18 +606,18 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
             .trigger
             .on_merge(&cover, &mut OnMergeContext::new(ctx, &mut merged_slots));
         if !target.is_empty() {
-            self.trigger_state.insert((key.clone(), cover), target);
+            self.trigger_state.update(KeyWindow::of(key, cover), target);
         }
         self.apply_requests(key, cover);
         merged_result.map_err(|e| trigger_failed("on_merge", &cover, e))?;
         let mut contents: Option<S::State> = None;
         for (m, slot) in merged.iter().zip(merged_slots) {
             if !slot.is_empty() {
-                self.trigger_state.insert((key.clone(), *m), slot);
+                self.trigger_state.update(KeyWindow::of(key, *m), slot);
             }
             self.clear_trigger(key, *m, now)?;
             self.delete_cleanup_timer(key, m);
-            if let Some(state) = self.windows.remove(&(key.clone(), *m)) {
+            if let Some(state) = self.windows.remove(&KeyWindow::of(key, *m)) {
                 contents = Some(match contents {
                     Some(a) => self.store.merge(a, state),
                     None => state,
@@ -586,11 +625,11 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
             }
         }
         if let Some(state) = contents {
-            let state = match self.windows.remove(&(key.clone(), cover)) {
+            let state = match self.windows.remove(&KeyWindow::of(key, cover)) {
                 Some(own) => self.store.merge(own, state),
                 None => state,
             };
-            self.windows.insert((key.clone(), cover), state);
+            self.windows.update(KeyWindow::of(key, cover), state);
         }
         Ok(())
     }
@@ -637,13 +676,13 @@ impl<In: Data, K: StateKey, KF, S: WindowStore<K, In>> TimedOperator<K, TimeWind
         };
         if domain == own_domain && timestamp == self.cleanup_time(&w) {
             // Flink's clearAllState: contents, trigger state, the window.
-            self.windows.remove(&(key.clone(), w));
+            self.windows.remove(&KeyWindow::of(&key, w));
             self.clear_trigger(&key, w, now)?;
             if self.merging() {
                 self.forget_session(&key, &w);
             }
         }
-        Ok(())
+        self.store_failure()
     }
 }
 
@@ -661,6 +700,9 @@ where
         self.attempt = ctx.attempt_number();
         self.spec.late_dropped.open(self.attempt);
         self.timers.set_clock(ProcessingClock::new());
+        ctx.attach_keyed_state(&mut self.windows)?;
+        ctx.attach_keyed_state(&mut self.trigger_state)?;
+        ctx.attach_keyed_state(&mut self.sessions)?;
         ctx.attach_timers(&mut self.timers)?;
         Ok(())
     }
@@ -692,7 +734,7 @@ where
             }
         }
         self.timers.check()?;
-        Ok(())
+        self.store_failure()
     }
 
     fn process_watermark(
@@ -718,84 +760,20 @@ where
     ) -> Result<OperatorState, UserError> {
         let mut state = OperatorState::default();
         let maxp = self.max_parallelism;
-        push_groups(&mut state, CONTENTS_STATE, maxp, &self.windows)?;
-        push_groups(&mut state, TRIGGER_STATE, maxp, &self.trigger_state)?;
-        let mut sessions: FxHashMap<usize, Vec<(&K, &Vec<TimeWindow>)>> = FxHashMap::default();
-        for (k, ws) in &self.sessions {
-            sessions
-                .entry(key_group(k, maxp))
-                .or_default()
-                .push((k, ws));
-        }
-        push_encoded(&mut state, SESSIONS_STATE, sessions)?;
+        self.windows.snapshot_into(maxp, &mut state)?;
+        self.trigger_state.snapshot_into(maxp, &mut state)?;
+        self.sessions.snapshot_into(maxp, &mut state)?;
         self.timers.snapshot_into(maxp, &mut state)?;
         Ok(state)
     }
 
     fn initialize_state(&mut self, state: OperatorState) -> Result<(), UserError> {
-        for e in state.keyed_entries() {
-            match e.state.as_str() {
-                CONTENTS_STATE => {
-                    let entries: Vec<(K, TimeWindow, S::State)> = codec::decode(&e.data)?;
-                    for (k, w, s) in entries {
-                        self.windows.insert((k, w), s);
-                    }
-                }
-                TRIGGER_STATE => {
-                    let entries: Vec<(K, TimeWindow, TriggerState)> = codec::decode(&e.data)?;
-                    for (k, w, s) in entries {
-                        self.trigger_state.insert((k, w), s);
-                    }
-                }
-                SESSIONS_STATE => {
-                    let entries: Vec<(K, Vec<TimeWindow>)> = codec::decode(&e.data)?;
-                    for (k, ws) in entries {
-                        self.sessions.entry(k).or_default().extend(ws);
-                    }
-                }
-                _ => {}
-            }
-        }
+        self.windows.restore_from(&state)?;
+        self.trigger_state.restore_from(&state)?;
+        self.sessions.restore_from(&state)?;
         self.timers.restore_from(&state)?;
         Ok(())
     }
-}
-
-/// Writes `table`'s entries as keyed state `name`, one entry per key group holding
-/// `(key, window, value)`s.
-fn push_groups<K: StateKey, V: Serialize>(
-    state: &mut OperatorState,
-    name: &str,
-    max_parallelism: usize,
-    table: &FxHashMap<(K, TimeWindow), V>,
-) -> Result<(), UserError> {
-    type Stored<'a, K, V> = (&'a K, TimeWindow, &'a V);
-    let mut groups: FxHashMap<usize, Vec<Stored<'_, K, V>>> = FxHashMap::default();
-    for ((k, w), v) in table {
-        groups
-            .entry(key_group(k, max_parallelism))
-            .or_default()
-            .push((k, *w, v));
-    }
-    push_encoded(state, name, groups)
-}
-
-/// Writes one keyed entry `name` per key group, in key-group order.
-fn push_encoded<T: Serialize>(
-    state: &mut OperatorState,
-    name: &str,
-    groups: FxHashMap<usize, Vec<T>>,
-) -> Result<(), UserError> {
-    let mut groups: Vec<_> = groups.into_iter().collect();
-    groups.sort_unstable_by_key(|(g, _)| *g);
-    for (g, entries) in groups {
-        state.push_keyed(KeyGroupEntry {
-            state: name.to_string(),
-            key_group: g as u32,
-            data: codec::encode(&entries)?,
-        });
-    }
-    Ok(())
 }
 
 fn no_timestamp() -> UserError {
