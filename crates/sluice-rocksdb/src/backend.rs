@@ -198,7 +198,7 @@ impl RocksDbStateBackend {
     }
 
     /// A new, empty directory for a store of `scope`.
-    fn fresh_dir(&self, scope: &StoreScope) -> Result<PathBuf, StoreError> {
+    pub(crate) fn fresh_dir(&self, scope: &StoreScope) -> Result<PathBuf, StoreError> {
         self.swept.call_once(|| self.sweep_dead_processes());
         let n = self.opened.fetch_add(1, Ordering::Relaxed);
         let dir = self.dir.join(&self.instance).join(format!(
@@ -221,7 +221,11 @@ impl RocksDbStateBackend {
     }
 
     /// Opens (creating if needed) the RocksDB instance in `dir`.
-    fn open_dir(&self, scope: &StoreScope, dir: PathBuf) -> Result<RocksDbStore, StoreError> {
+    pub(crate) fn open_dir(
+        &self,
+        scope: &StoreScope,
+        dir: PathBuf,
+    ) -> Result<RocksDbStore, StoreError> {
         let fail = |message: String| StoreError::Open {
             backend: "rocksdb".into(),
             operator: scope.describe(),
@@ -269,6 +273,7 @@ impl RocksDbStateBackend {
                 uid: format!("{}-{name}-{nanos:x}", self.instance),
                 confirmed: Default::default(),
                 pending: Default::default(),
+                ahead: Default::default(),
             }
         });
         Ok(RocksDbStore::new(

@@ -7,8 +7,9 @@ use rocksdb::{DB, Options, ReadOptions, WriteBatch, WriteOptions};
 use sluice_core::CheckpointId;
 use sluice_runtime::state::{
     KeyedStore, SharedFile, StoreError, StoreFiles, StoreHandle, StoreStats, StoreWrite,
+    UploadAhead,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -45,6 +46,25 @@ pub(crate) struct Incremental {
     pub(crate) confirmed: Mutex<BTreeMap<String, String>>,
     /// The table files each checkpoint in flight named, by checkpoint.
     pub(crate) pending: Mutex<BTreeMap<CheckpointId, Vec<(String, String)>>>,
+    /// Table files uploaded ahead of the checkpoint that will take them. Locks are taken in
+    /// the order `ahead`, `pending`, `confirmed`.
+    pub(crate) ahead: Mutex<Ahead>,
+}
+
+/// What a store uploaded ahead of its checkpoints.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    /// In checkpoint storage, taken by no completed checkpoint yet: name to key.
+    done: BTreeMap<String, String>,
+    /// Being uploaded.
+    started: BTreeSet<String>,
+}
+
+impl Incremental {
+    /// Where the links of uploads ahead go.
+    fn ahead_dir(&self) -> PathBuf {
+        self.staging.join(format!("{}-ahead", self.uid))
+    }
 }
 
 impl RocksDbStore {
@@ -114,6 +134,19 @@ impl RocksDbStore {
         db.compact_range(None::<&[u8]>, Some(start.as_slice()));
         db.compact_range(Some(end.as_slice()), None::<&[u8]>);
         Ok(())
+    }
+}
+
+/// Hard-links `from` to `to`, or copies it where links do not work (another file system).
+fn link_or_copy(from: &Path, to: &Path) -> std::io::Result<()> {
+    match std::fs::hard_link(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(e),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(to)?;
+            std::fs::hard_link(from, to)
+        }
+        Err(_) => std::fs::copy(from, to).map(|_| ()),
     }
 }
 
@@ -219,6 +252,9 @@ impl KeyedStore for RocksDbStore {
         let Some(inc) = &self.incremental else {
             return Ok(None);
         };
+        // Held until the checkpoint's files are recorded as pending, so that no file it takes
+        // can be found an orphan in between (see `take_orphans`).
+        let ahead = sluice_core::sync::lock(&inc.ahead);
         let dir = inc.staging.join(format!("{}-chk{}", inc.uid, checkpoint.0));
         if dir.exists() {
             std::fs::remove_dir_all(&dir)
@@ -231,7 +267,7 @@ impl KeyedStore for RocksDbStore {
         let (mut shared, mut private, mut named) = (Vec::new(), Vec::new(), Vec::new());
         for (name, length) in files.files {
             if name.ends_with(".sst") {
-                let known = confirmed.get(&name);
+                let known = confirmed.get(&name).or_else(|| ahead.done.get(&name));
                 let key = known
                     .cloned()
                     .unwrap_or_else(|| format!("{}-{name}", inc.uid));
@@ -252,6 +288,7 @@ impl KeyedStore for RocksDbStore {
         }
         drop(confirmed);
         sluice_core::sync::lock(&inc.pending).insert(checkpoint, named);
+        drop(ahead);
         Ok(Some(StoreHandle {
             backend: "rocksdb".into(),
             key_groups: self.key_groups.clone(),
@@ -266,11 +303,109 @@ impl KeyedStore for RocksDbStore {
         let Some(inc) = &self.incremental else {
             return;
         };
+        let mut ahead = sluice_core::sync::lock(&inc.ahead);
         let mut pending = sluice_core::sync::lock(&inc.pending);
         if let Some(named) = pending.remove(&checkpoint) {
+            for (name, _) in &named {
+                // Taken by a completed checkpoint: retention decides when it goes.
+                ahead.done.remove(name);
+            }
             sluice_core::sync::lock(&inc.confirmed).extend(named);
         }
         pending.retain(|id, _| *id > checkpoint);
+    }
+
+    fn files_to_upload_ahead(&self) -> Result<Vec<UploadAhead>, StoreError> {
+        let Some(inc) = &self.incremental else {
+            return Ok(Vec::new());
+        };
+        let live = self
+            .db()?
+            .live_files()
+            .map_err(|e| self.io("list files", e.to_string()))?;
+        let mut ahead = sluice_core::sync::lock(&inc.ahead);
+        let confirmed = sluice_core::sync::lock(&inc.confirmed);
+        let dir = inc.ahead_dir();
+        let mut out = Vec::new();
+        for f in live {
+            let name = f.name.trim_start_matches('/').to_string();
+            if !name.ends_with(".sst")
+                || confirmed.contains_key(&name)
+                || ahead.done.contains_key(&name)
+                || ahead.started.contains(&name)
+            {
+                continue;
+            }
+            if out.is_empty() {
+                std::fs::create_dir_all(&dir).map_err(|e| {
+                    self.io("upload ahead", format!("creating {}: {e}", dir.display()))
+                })?;
+            }
+            let link = dir.join(&name);
+            match link_or_copy(&self.dir.join(&name), &link) {
+                Ok(()) => {}
+                // Compacted away since it was listed: nothing to upload.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    return Err(self.io("upload ahead", format!("linking {}: {e}", link.display())));
+                }
+            }
+            ahead.started.insert(name.clone());
+            out.push(UploadAhead {
+                key: format!("{}-{name}", inc.uid),
+                name,
+                path: link,
+            });
+        }
+        Ok(out)
+    }
+
+    fn uploaded_ahead(&self, done: &[String], failed: &[String]) {
+        let Some(inc) = &self.incremental else {
+            return;
+        };
+        let mut ahead = sluice_core::sync::lock(&inc.ahead);
+        let dir = inc.ahead_dir();
+        for name in done.iter().chain(failed) {
+            ahead.started.remove(name);
+            let _ = std::fs::remove_file(dir.join(name));
+        }
+        for name in done {
+            ahead
+                .done
+                .insert(name.clone(), format!("{}-{name}", inc.uid));
+        }
+    }
+
+    fn take_orphans(&self) -> Result<Vec<String>, StoreError> {
+        let Some(inc) = &self.incremental else {
+            return Ok(Vec::new());
+        };
+        let mut ahead = sluice_core::sync::lock(&inc.ahead);
+        if ahead.done.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Listed after `ahead` is held: a checkpoint cannot take a file in between.
+        let live: BTreeSet<String> = self
+            .db()?
+            .live_files()
+            .map_err(|e| self.io("list files", e.to_string()))?
+            .into_iter()
+            .map(|f| f.name.trim_start_matches('/').to_string())
+            .collect();
+        let pending = sluice_core::sync::lock(&inc.pending);
+        let taken: BTreeSet<&String> = pending.values().flatten().map(|(n, _)| n).collect();
+        let orphans: Vec<String> = ahead
+            .done
+            .keys()
+            .filter(|n| !live.contains(*n) && !taken.contains(n))
+            .cloned()
+            .collect();
+        drop(pending);
+        Ok(orphans
+            .into_iter()
+            .filter_map(|n| ahead.done.remove(&n))
+            .collect())
     }
 
     fn stats(&self) -> StoreStats {
@@ -290,6 +425,9 @@ impl Drop for RocksDbStore {
     fn drop(&mut self) {
         // Close the instance before its files go.
         drop(self.db.take());
+        if let Some(inc) = &self.incremental {
+            let _ = std::fs::remove_dir_all(inc.ahead_dir());
+        }
         if let Err(e) = std::fs::remove_dir_all(&self.dir) {
             tracing::warn!(dir = %self.dir.display(), error = %e, "could not remove a state store");
         }
@@ -311,6 +449,98 @@ fn ticker(statistics: &str, name: &str) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::RocksDbStateBackend;
+    use sluice_core::NodeId;
+    use sluice_runtime::state::StoreScope;
+
+    fn incremental_store(dir: &Path) -> RocksDbStore {
+        let scope = StoreScope {
+            node: NodeId(1),
+            operator_name: "ahead".into(),
+            subtask: 0,
+            attempt: 0,
+            max_parallelism: 4,
+            parallelism: 1,
+        };
+        let backend = RocksDbStateBackend::new(dir).incremental(true);
+        let fresh = backend.fresh_dir(&scope).unwrap();
+        backend.open_dir(&scope, fresh).unwrap()
+    }
+
+    /// Writes `n` keys from `from` and flushes them into a new table file.
+    fn flushed(store: &RocksDbStore, from: u32, n: u32) {
+        let batch = (from..from + n)
+            .map(|i| {
+                (
+                    [&[0u8, 0][..], &i.to_be_bytes()].concat(),
+                    Some(vec![7; 64]),
+                )
+            })
+            .collect();
+        store.write(batch).unwrap();
+        store.db().unwrap().flush().unwrap();
+    }
+
+    /// Uploads ahead what the store offers, as the runtime's task does, returning the names.
+    fn upload(store: &RocksDbStore) -> Vec<String> {
+        let found = store.files_to_upload_ahead().unwrap();
+        for u in &found {
+            assert!(u.path.exists(), "{u:?} is linked for the upload");
+        }
+        let names: Vec<String> = found.iter().map(|u| u.name.clone()).collect();
+        store.uploaded_ahead(&names, &[]);
+        for u in &found {
+            assert!(!u.path.exists(), "{u:?}'s link went once uploaded");
+        }
+        names
+    }
+
+    #[test]
+    fn files_uploaded_ahead_are_taken_by_checkpoints_and_orphans_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = incremental_store(dir.path());
+        flushed(&store, 0, 100);
+        let first = upload(&store);
+        assert_eq!(first.len(), 1);
+        assert!(upload(&store).is_empty(), "nothing is offered twice");
+
+        // A checkpoint takes the file uploaded ahead without uploading it again.
+        let handle = store.snapshot_files(CheckpointId(1)).unwrap().unwrap();
+        let taken = handle.shared.iter().find(|f| f.name == first[0]).unwrap();
+        assert!(taken.uploaded, "{taken:?}");
+        assert!(taken.key.ends_with(&first[0]));
+
+        // A second file, uploaded ahead, then compacted away with the first before any
+        // checkpoint took it: an orphan. The first is kept while checkpoint 1 is in flight.
+        flushed(&store, 100, 100);
+        let second = upload(&store);
+        assert_eq!(second.len(), 1);
+        store
+            .db()
+            .unwrap()
+            .compact_range(None::<&[u8]>, None::<&[u8]>);
+        let merged = upload(&store);
+        assert_eq!(merged.len(), 1, "the compaction's output is offered");
+        let orphans = store.take_orphans().unwrap();
+        assert_eq!(orphans.len(), 1, "{orphans:?}");
+        assert!(orphans[0].ends_with(&second[0]));
+        assert!(
+            store.take_orphans().unwrap().is_empty(),
+            "an orphan is given once"
+        );
+
+        // Checkpoint 1 completed: its file is checkpoint storage's from now on (retention
+        // removes it), not an orphan of the store's.
+        store.checkpoint_complete(CheckpointId(1));
+        assert!(store.take_orphans().unwrap().is_empty());
+        let handle = store.snapshot_files(CheckpointId(2)).unwrap().unwrap();
+        assert!(
+            handle.shared.iter().all(|f| f.uploaded),
+            "the compacted file was uploaded ahead: {handle:?}"
+        );
+    }
+
     #[test]
     fn tickers_are_read_from_the_statistics_dump() {
         let dump = "rocksdb.block.cache.miss COUNT : 12\nrocksdb.block.cache.hit COUNT : 30\n\

@@ -605,6 +605,9 @@ impl CheckpointStorage for Counting {
     ) -> BoxFuture<'a, Result<(), StorageError>> {
         self.inner.write_shared(key, path)
     }
+    fn delete_shared<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>> {
+        self.inner.delete_shared(key)
+    }
     fn fetch_shared<'a>(
         &'a self,
         key: &'a str,

@@ -114,8 +114,13 @@ struct Probe {
 #[derive(Debug, Serialize, Deserialize)]
 struct Interval {
     checkpoint_ms: f64,
-    /// Bytes the checkpoint wrote: its new shared files, state and metadata files.
+    /// Bytes the checkpoint refers to that the previous one did not: its new shared files,
+    /// state and metadata files (written in the interval, ahead of it or by it).
     written_bytes: u64,
+    /// Bytes the checkpoint itself wrote (its `size_bytes`): state files and the shared files
+    /// that were not uploaded ahead of it.
+    #[serde(default)]
+    uploaded_bytes: u64,
     /// Bytes of the table files it refers to.
     state_bytes: u64,
 }
@@ -130,6 +135,14 @@ impl Probe {
         self.intervals
             .iter()
             .map(|i| i.written_bytes as f64 / i.state_bytes.max(1) as f64)
+            .collect()
+    }
+
+    /// What each checkpoint uploaded itself, against the state.
+    fn upload_shares(&self) -> Vec<f64> {
+        self.intervals
+            .iter()
+            .map(|i| i.uploaded_bytes as f64 / i.state_bytes.max(1) as f64)
             .collect()
     }
 }
@@ -336,9 +349,19 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
                 Some(_) => (0, 0),
                 None => checkpoint_bytes(&checkpoints, before, id)?,
             };
+            let uploaded_bytes = job
+                .observer()
+                .snapshot()
+                .checkpoints
+                .history
+                .iter()
+                .find(|c| c.id == id.0)
+                .and_then(|c| c.size_bytes)
+                .unwrap_or(0);
             probe.intervals.push(Interval {
                 checkpoint_ms,
                 written_bytes,
+                uploaded_bytes,
                 state_bytes,
             });
             probe.state_bytes = state_bytes;
@@ -564,6 +587,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         ]);
         let p = run_probe(&a)?;
         let shares = p.shares();
+        let uploads = p.upload_shares();
         rows.push(serde_json::json!({
             "scenario": "large-state", "case": name, "keys": keys, "budget_mib": large_budget,
             "compaction": compaction,
@@ -578,6 +602,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "checkpoint_share": shares,
             "max_checkpoint_share": shares.iter().copied().fold(0.0, f64::max),
             "mean_checkpoint_share": shares.iter().sum::<f64>() / shares.len().max(1) as f64,
+            "checkpoint_upload_share": uploads,
+            "max_checkpoint_upload_share": uploads.iter().copied().fold(0.0, f64::max),
+            "mean_checkpoint_upload_share": uploads.iter().sum::<f64>() / uploads.len().max(1) as f64,
             "restore_ms": p.restore_ms,
         }));
         large.push(p);

@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// Where completed checkpoints are written; the master awaits it off the task loops.
 pub(crate) trait Persistence: Send + Sync + 'static {
     /// Writes `checkpoint` durably (state files first, metadata last); returns the bytes
-    /// written (state files and coordinator states).
+    /// written (state files, coordinator states and the keyed stores' table files it uploaded).
     fn persist(&self, checkpoint: CompletedCheckpoint) -> BoxFuture<'_, Result<u64, String>>;
     /// Removes what was written of an aborted checkpoint.
     fn discard(&self, id: CheckpointId) -> BoxFuture<'_, ()>;
@@ -244,6 +244,7 @@ impl Persistence for StoragePersistence {
             // written below name them, and the metadata lists them.
             let mut shared_files = std::collections::BTreeSet::new();
             let mut uploads = BTreeMap::new();
+            let mut uploaded_bytes = 0;
             let mut staged = Vec::new();
             for (&node, states) in cp.operators.iter() {
                 for (subtask, state) in states.iter().enumerate() {
@@ -254,6 +255,12 @@ impl Persistence for StoragePersistence {
                         }
                     }
                     if !wrote_itself.contains(&(node, subtask)) {
+                        uploaded_bytes += state
+                            .store_handles()
+                            .iter()
+                            .flat_map(|h| h.shared.iter().filter(|f| !f.uploaded))
+                            .map(|f| f.length)
+                            .sum::<u64>();
                         uploads.extend(pending_uploads(state)?);
                     }
                 }
@@ -266,7 +273,8 @@ impl Persistence for StoragePersistence {
             )
             .await?;
             let bytes = files.iter().map(|f| f.length).sum::<u64>()
-                + coordinator_states.iter().map(|c| c.length).sum::<u64>();
+                + coordinator_states.iter().map(|c| c.length).sum::<u64>()
+                + uploaded_bytes;
             let metadata = CheckpointMetadata {
                 job_fingerprint: self.fingerprint.clone(),
                 checkpoint_id: id,

@@ -242,6 +242,7 @@ impl Worker {
             plan: &job.plan,
             config: &job.config,
             max_concurrent_checkpoints,
+            checkpoint_storage: max_concurrent_checkpoints.and(job.storage.clone()),
             direct_slots: &BTreeMap::new(),
             reports_tx: &reports_tx,
             to_coordinator_tx: &to_coordinator_tx,

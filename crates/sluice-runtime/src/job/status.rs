@@ -291,7 +291,9 @@ pub struct CheckpointRecord {
     /// From trigger to completion or failure, milliseconds (end to end, Flink's
     /// `end_to_end_duration`).
     pub duration_ms: Option<u64>,
-    /// Bytes written to checkpoint storage (state files and coordinator states), once written.
+    /// Bytes this checkpoint wrote to checkpoint storage, once written: state files,
+    /// coordinator states and the table files of incremental keyed stores it uploaded (not
+    /// those uploaded ahead of it, nor, in cluster mode, those the task managers uploaded).
     pub size_bytes: Option<u64>,
     /// Why it failed.
     pub failure: Option<String>,

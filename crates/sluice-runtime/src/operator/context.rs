@@ -5,6 +5,7 @@ use crate::operator::to_coordinator::{CoordinatorLink, LinkError};
 use crate::state::{
     AttachKeyedState, KeyedStore, StateBackend, StateError, StoreError, StoreScope,
 };
+use crate::storage::CheckpointStorage;
 use serde::{Serialize, de::DeserializeOwned};
 use sluice_core::{AttemptNumber, NodeId, OperatorEvent, SubtaskIndex, UserError};
 use std::hash::Hash;
@@ -61,6 +62,9 @@ pub(crate) struct ContextParts {
     pub(crate) checkpointing: bool,
     pub(crate) to_coordinator: Option<CoordinatorLink>,
     pub(crate) state_backend: StateBackend,
+    /// The job's checkpoint storage, where an incremental keyed store uploads its files ahead
+    /// of checkpoints (`state/ahead.rs`); `None` without checkpointing.
+    pub(crate) checkpoint_storage: Option<Arc<dyn CheckpointStorage>>,
 }
 
 #[derive(Debug)]
@@ -75,6 +79,7 @@ struct Inner {
     checkpointing: bool,
     to_coordinator: Option<CoordinatorLink>,
     state_backend: StateBackend,
+    checkpoint_storage: Option<Arc<dyn CheckpointStorage>>,
     /// The keyed store, once an operator state asked for it.
     store: std::sync::Mutex<Option<Arc<dyn KeyedStore>>>,
     /// The files of the stores to restore from, until the store opens.
@@ -95,6 +100,7 @@ impl OperatorContext {
                 checkpointing: parts.checkpointing,
                 to_coordinator: parts.to_coordinator,
                 state_backend: parts.state_backend,
+                checkpoint_storage: parts.checkpoint_storage,
                 store: std::sync::Mutex::new(None),
                 restored: std::sync::Mutex::new(Vec::new()),
             }),
@@ -114,6 +120,7 @@ impl OperatorContext {
             checkpointing: false,
             to_coordinator: None,
             state_backend: StateBackend::default(),
+            checkpoint_storage: None,
         })
     }
 
@@ -131,6 +138,7 @@ impl OperatorContext {
             checkpointing: i.checkpointing,
             to_coordinator: i.to_coordinator.clone(),
             state_backend: backend.into(),
+            checkpoint_storage: i.checkpoint_storage.clone(),
         })
     }
 
@@ -178,6 +186,9 @@ impl OperatorContext {
             backend.open_restored(&scope, &files)?
         };
         *slot = Some(store.clone());
+        if let (true, Some(storage)) = (store.incremental(), &i.checkpoint_storage) {
+            crate::state::ahead::spawn(&store, storage.clone());
+        }
         // The store's size, cache and compactions go out with the subtask's other metrics
         // (dashboard, REST, Prometheus). A weak reference: the store goes with its operator.
         i.metrics.register_source(

@@ -128,6 +128,18 @@ impl StoreFiles {
     }
 }
 
+/// A table file to upload ahead of the checkpoint that will refer to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UploadAhead {
+    /// Its name in the store's directory.
+    pub name: String,
+    /// Its key in checkpoint storage's shared area.
+    pub key: String,
+    /// A local path to upload it from (a link the store removes in
+    /// [`KeyedStore::uploaded_ahead`]).
+    pub path: PathBuf,
+}
+
 /// One change of a write batch: a put (`Some`) or a delete (`None`).
 pub type StoreWrite = (Vec<u8>, Option<Vec<u8>>);
 
@@ -197,6 +209,27 @@ pub trait KeyedStore: Send + Sync + fmt::Debug {
     /// storage from now on.
     fn checkpoint_complete(&self, checkpoint: CheckpointId) {
         let _ = checkpoint;
+    }
+
+    /// For an incremental store: the table files it holds that checkpoint storage does not and
+    /// that no upload ahead has started for, each linked into a directory of the store's so
+    /// that it outlives a compaction: what to upload before a checkpoint needs it (see
+    /// `preupload.rs`). Empty otherwise.
+    fn files_to_upload_ahead(&self) -> Result<Vec<UploadAhead>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    /// The uploads ahead of `done` (table file names) are in checkpoint storage; those of
+    /// `failed` are not (they are offered again). Either way their links go.
+    fn uploaded_ahead(&self, done: &[String], failed: &[String]) {
+        let _ = (done, failed);
+    }
+
+    /// The keys in checkpoint storage's shared area of files this store uploaded ahead that no
+    /// checkpoint will list (RocksDB compacted them away before a checkpoint took them): to
+    /// delete. The store forgets them.
+    fn take_orphans(&self) -> Result<Vec<String>, StoreError> {
+        Ok(Vec::new())
     }
 }
 

@@ -17,6 +17,7 @@
 //! a [`StateBackend`] with a store (`backend.rs`: the [`KeyedStore`] and [`KeyedStateBackend`]
 //! traits), in which case the keyed views cache decoded values in front of it.
 
+pub(crate) mod ahead;
 mod backend;
 mod deferred;
 mod keyed;
@@ -25,7 +26,7 @@ mod redistribute;
 
 pub use backend::{
     KeyedStateBackend, KeyedStore, MemoryStateBackend, StateBackend, StoreError, StoreFiles,
-    StoreScope, StoreStats, StoreWrite,
+    StoreScope, StoreStats, StoreWrite, UploadAhead,
 };
 pub(crate) use backend::{key_prefix, prefix_end, state_id};
 pub use deferred::Deferred;

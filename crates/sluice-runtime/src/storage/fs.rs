@@ -85,6 +85,11 @@ fn replace_atomically(
         let _ = fs::remove_file(&tmp);
     }
     result?;
+    // A rename between two links to one file does nothing and succeeds (POSIX), leaving the
+    // temporary link: the same file put twice (an upload ahead and a checkpoint's).
+    if tmp.exists() {
+        let _ = fs::remove_file(&tmp);
+    }
     match path.parent() {
         Some(dir) => sync_dir(dir),
         None => Ok(()),

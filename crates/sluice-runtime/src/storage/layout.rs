@@ -499,6 +499,10 @@ impl<B: BlobStore> CheckpointStorage for BlobCheckpointStorage<B> {
         Box::pin(async move { self.blobs.put_file(&join_key(SHARED_DIR, key), path).await })
     }
 
+    fn delete_shared<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(async move { self.blobs.delete(&join_key(SHARED_DIR, key)).await })
+    }
+
     fn fetch_shared<'a>(
         &'a self,
         key: &'a str,

@@ -185,6 +185,10 @@ pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
         path: &'a std::path::Path,
     ) -> BoxFuture<'a, Result<(), StorageError>>;
 
+    /// Removes shared file `key`, which no checkpoint lists (a keyed store uploaded it ahead of
+    /// a checkpoint that never took it). Removing one that does not exist is not an error.
+    fn delete_shared<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>>;
+
     /// Brings shared file `key` to the local file `path` (a new file), for a restore.
     fn fetch_shared<'a>(
         &'a self,

@@ -708,3 +708,21 @@ proptest::proptest! {
         });
     }
 }
+
+/// The same local file put twice (an upload ahead and a checkpoint's both hard-link the same
+/// table file) leaves only the shared file: the second rename between two links to one file
+/// does nothing, and its temporary link must not stay behind.
+#[tokio::test]
+async fn a_file_put_twice_leaves_no_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = storage(&dir.path().join("chk"), 1);
+    let source = dir.path().join("000012.sst");
+    std::fs::write(&source, b"table").unwrap();
+    s.write_shared("op-000012.sst", &source).await.unwrap();
+    s.write_shared("op-000012.sst", &source).await.unwrap();
+    let names: Vec<String> = std::fs::read_dir(dir.path().join("chk/shared"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["op-000012.sst"]);
+}

@@ -516,5 +516,6 @@ fn context(
         checkpointing: true,
         to_coordinator,
         state_backend: crate::state::StateBackend::default(),
+        checkpoint_storage: None,
     })
 }

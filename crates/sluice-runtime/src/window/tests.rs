@@ -673,6 +673,7 @@ fn context_of_attempt(subtask: usize, parallelism: usize, attempt: u32) -> Opera
         checkpointing: true,
         to_coordinator: None,
         state_backend: Default::default(),
+        checkpoint_storage: None,
     })
 }
 

@@ -265,6 +265,7 @@ impl Contexts {
                 metrics,
                 checkpointing: inputs.max_concurrent_checkpoints.is_some(),
                 state_backend: inputs.config.state_backend.clone(),
+                checkpoint_storage: inputs.checkpoint_storage.clone(),
                 to_coordinator: n.coordinator.as_ref().map(|_| CoordinatorLink {
                     master: inputs.to_coordinator_tx.clone(),
                     direct: inputs.direct_slots.get(&node).cloned().unwrap_or_default(),

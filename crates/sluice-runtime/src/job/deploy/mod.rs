@@ -179,6 +179,8 @@ pub(crate) struct DeployInputs<'a> {
     pub(crate) config: &'a JobConfig,
     /// With checkpointing: how many checkpoints may be in progress at once.
     pub(crate) max_concurrent_checkpoints: Option<usize>,
+    /// With checkpointing: the job's checkpoint storage (keyed stores upload ahead to it).
+    pub(crate) checkpoint_storage: Option<Arc<dyn crate::storage::CheckpointStorage>>,
     pub(crate) direct_slots: &'a BTreeMap<NodeId, DirectSlot>,
     pub(crate) reports_tx: &'a mpsc::Sender<AttemptReport>,
     pub(crate) to_coordinator_tx: &'a mpsc::Sender<ToCoordinator>,

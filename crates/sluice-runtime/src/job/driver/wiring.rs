@@ -54,6 +54,7 @@ impl Wiring {
                 .checkpointing
                 .as_ref()
                 .map(|c| c.settings.max_concurrent),
+            checkpoint_storage: spec.checkpointing.as_ref().map(|c| c.storage.clone()),
             direct_slots: &self.direct_slots,
             reports_tx: &self.reports_tx,
             to_coordinator_tx: &self.to_coordinator_tx,
