@@ -1,6 +1,6 @@
 // Issue 25's large-state job in Flink, beside `sluice-bench large-state`'s `large` case; one run
 // per JVM process. `sluice-bench` compiles this file (javac --release 17 against pyflink/lib/*)
-// and runs it (scenarios/large_state_flink.rs).
+// and runs it (scenarios/large_state.rs, `run_flink`).
 //
 // Job, as sluice's: record i = 0, 1, 2, ... is key_of(i) (i for i < keys, then a scrambled key:
 // i * 0x9E3779B97F4A7C15 rotated left by 17, unsigned, modulo keys) -> keyBy(the record) -> a
@@ -8,11 +8,25 @@
 // (record % 251) and written back -> a discarding sink; parallelism 1, in a MiniCluster inside
 // this JVM (1 TaskManager, 1 slot).
 //
-// State: EmbeddedRocksDBStateBackend (state.backend.type: rocksdb, Flink's default options:
-// leveled compaction) with incremental checkpoints (execution.checkpointing.incremental), its
+// State: EmbeddedRocksDBStateBackend (state.backend.type: rocksdb, leveled compaction, Flink's
+// default, with Snappy) with incremental checkpoints (execution.checkpointing.incremental), its
 // memory the slot's managed memory (state.backend.rocksdb.memory.managed, the default), which is
 // taskmanager.memory.managed.size = --budget-mib: the same budget as sluice's RocksDB. Checkpoints
 // go to --dir (the filesystem checkpoint storage), two retained as in sluice. No restarts.
+//
+// With --tuned true (the default) two of Flink's own RocksDB options are on, which give RocksDB
+// the same table settings as sluice's backend (sluice-rocksdb's backend.rs: a two-level index,
+// partitioned filters, the top level pinned, 10-bit bloom filters):
+// - state.backend.rocksdb.memory.partitioned-index-filters: true. Without it, each SST file has
+//   one index block, charged to the block cache. At 32 MiB the cache is ~28 MB in 32 shards of
+//   ~870 KB, partly taken by the write buffer manager's charges; once a compaction writes a file
+//   of ~1M entries its index block (626 KB compressed) no longer stays in its shard, and every
+//   get reads and decompresses it again: ~1.5 ms per record, 600 records/s (perf: 97 % of the
+//   task thread under BlockBasedTable::RetrieveBlock<kIndex>, 94 % in Snappy). With the index
+//   partitioned, a get reads a 4 KiB partition through a small pinned top level.
+// - state.backend.rocksdb.use-bloom-filter: true (10 bits per key): each record first reads its
+//   key, and during the load every key is absent; the filter answers that without a data block.
+// --tuned false leaves both at Flink's defaults (what the first figures of BENCHMARKS.md ran).
 //
 // Phases: the source is NumberSequenceSource's reader behind a gate, which emits records only
 // while fewer than ALLOWED have gone (else NOTHING_AVAILABLE, and an availability future that
@@ -37,12 +51,14 @@
 //   checkpoint completed and acknowledged), as sluice-bench times its own; and Flink's own
 //   end_to_end_duration of each (checkpoint_e2e_ms), checkpointed_size (the bytes this
 //   checkpoint uploaded: new SST files, changed MANIFEST etc., metadata not included) and
-//   state_size (the whole state it refers to) from the job's CheckpointStatsSnapshot;
+//   state_size (the whole state it refers to) from the job's CheckpointStatsSnapshot; and the
+//   keyed subtask's start_delay_ms (trigger -> its barrier arriving, behind the records in
+//   flight), alignment_ms, sync_ms (RocksDB's flush and hard links) and async_ms (the upload);
 // - peak_rss_kib: VmHWM of /proc/self/status at the end; cpu_s: utime + stime of /proc/self/stat.
 //
 // Usage: java <add-opens flags> -cp <classes>:<pyflink/lib/*> LargeStateFlink
 //            --keys N --updates N --intervals N --value-bytes N --budget-mib N --dir DIR
-//            [--pause true|false] [--buffer-timeout-ms N]
+//            [--pause true|false] [--tuned true|false] [--buffer-timeout-ms N]
 // Prints one JSON line on stdout.
 
 import java.nio.file.Files;
@@ -89,7 +105,10 @@ import org.apache.flink.core.io.InputStatus;
 import org.apache.flink.core.io.SimpleVersionedSerializer;
 import org.apache.flink.runtime.checkpoint.AbstractCheckpointStats;
 import org.apache.flink.runtime.checkpoint.CompletedCheckpointStats;
+import org.apache.flink.runtime.checkpoint.SubtaskStateStats;
 import org.apache.flink.runtime.jobgraph.JobGraph;
+import org.apache.flink.runtime.jobgraph.JobVertex;
+import org.apache.flink.runtime.jobgraph.JobVertexID;
 import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.runtime.minicluster.MiniClusterConfiguration;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
@@ -324,9 +343,19 @@ public class LargeStateFlink {
     }
 
     /** One checkpoint: its wall time and Flink's figures for it. */
-    record Checkpoint(long id, double wallMs, long e2eMs, long checkpointedBytes, long stateBytes) {}
+    record Checkpoint(
+            long id,
+            double wallMs,
+            long e2eMs,
+            long checkpointedBytes,
+            long stateBytes,
+            long startDelayMs,
+            long alignmentMs,
+            long syncMs,
+            long asyncMs) {}
 
-    static Checkpoint checkpoint(MiniCluster cluster, JobID job) throws Exception {
+    static Checkpoint checkpoint(MiniCluster cluster, JobID job, JobVertexID keyed)
+            throws Exception {
         long t = System.nanoTime();
         long id = cluster.triggerCheckpoint(job, CheckpointType.DEFAULT).get(1, TimeUnit.HOURS);
         double wallMs = (System.nanoTime() - t) / 1e6;
@@ -337,9 +366,14 @@ public class LargeStateFlink {
                     .getHistory()
                     .getCheckpointById(id);
             if (s instanceof CompletedCheckpointStats c) {
+                // The keyed subtask's part: the barrier's wait behind in-flight records (start
+                // delay), alignment, RocksDB's synchronous part (flush, hard links) and the
+                // asynchronous upload.
+                SubtaskStateStats k = c.getTaskStateStats(keyed).getSubtaskStats()[0];
                 return new Checkpoint(
                         id, wallMs, c.getEndToEndDuration(), c.getCheckpointedSize(),
-                        c.getStateSize());
+                        c.getStateSize(), k.getCheckpointStartDelay(), k.getAlignmentDuration(),
+                        k.getSyncCheckpointDuration(), k.getAsyncCheckpointDuration());
             }
             if (attempt == 100) {
                 throw new IllegalStateException("no statistics of completed checkpoint " + id);
@@ -361,6 +395,7 @@ public class LargeStateFlink {
         int valueBytes = 100;
         long budgetMib = 32;
         boolean pause = true;
+        boolean tuned = true;
         long bufferTimeoutMs = 100;
         String dir = null;
         for (int i = 0; i + 1 < args.length; i += 2) {
@@ -372,6 +407,7 @@ public class LargeStateFlink {
                 case "--budget-mib" -> budgetMib = Long.parseLong(args[i + 1]);
                 case "--dir" -> dir = args[i + 1];
                 case "--pause" -> pause = Boolean.parseBoolean(args[i + 1]);
+                case "--tuned" -> tuned = Boolean.parseBoolean(args[i + 1]);
                 case "--buffer-timeout-ms" -> bufferTimeoutMs = Long.parseLong(args[i + 1]);
                 default -> throw new IllegalArgumentException("unknown flag " + args[i]);
             }
@@ -395,6 +431,12 @@ public class LargeStateFlink {
         conf.set(CheckpointingOptions.CHECKPOINTING_INTERVAL, Duration.ofHours(1));
         conf.set(CheckpointingOptions.MIN_PAUSE_BETWEEN_CHECKPOINTS, Duration.ofHours(1));
         conf.set(TaskManagerOptions.MANAGED_MEMORY_SIZE, MemorySize.ofMebiBytes(budgetMib));
+        if (tuned) {
+            // As sluice's backend: partitioned index and filter blocks with the top level
+            // pinned, and 10-bit bloom filters (see the header).
+            conf.setString("state.backend.rocksdb.memory.partitioned-index-filters", "true");
+            conf.setString("state.backend.rocksdb.use-bloom-filter", "true");
+        }
         conf.set(TaskManagerOptions.NUM_TASK_SLOTS, 1);
         conf.set(ExecutionOptions.BUFFER_TIMEOUT, Duration.ofMillis(bufferTimeoutMs));
         // RocksDB's working directory beside the checkpoints (io.tmp.dirs would be /tmp).
@@ -422,6 +464,37 @@ public class LargeStateFlink {
                 .returns(Types.VOID)
                 .sinkTo(new DiscardingSink<>());
         JobGraph graph = env.getStreamGraph().getJobGraph();
+        JobVertexID keyed = null;
+        for (JobVertex v : graph.getVertices()) {
+            if (v.getName().startsWith("KeyedProcess")) {
+                keyed = v.getID();
+            }
+        }
+        if (keyed == null) {
+            throw new IllegalStateException("no KeyedProcess vertex in the job graph");
+        }
+
+        // Progress on stderr (the log), so that a slow run shows where it is.
+        Thread progress = new Thread(() -> {
+            long last = 0;
+            long lastNs = System.nanoTime();
+            while (true) {
+                try {
+                    Thread.sleep(5_000);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                long n = SEEN.get();
+                long now = System.nanoTime();
+                System.err.printf(
+                        Locale.ROOT, "progress: %d records, %.0f/s%n", n,
+                        (n - last) / ((now - lastNs) / 1e9));
+                last = n;
+                lastNs = now;
+            }
+        }, "progress");
+        progress.setDaemon(true);
+        progress.start();
 
         MARK = keys;
         long submitted = System.nanoTime();
@@ -432,7 +505,7 @@ public class LargeStateFlink {
         double loadPerS = keys / ((loaded - first) / 1e9);
         double startupMs = (first - submitted) / 1e6;
 
-        Checkpoint firstCheckpoint = checkpoint(cluster, job);
+        Checkpoint firstCheckpoint = checkpoint(cluster, job, keyed);
         List<Checkpoint> after = new ArrayList<>();
         long updatingNs = 0;
         long target = keys;
@@ -448,7 +521,7 @@ public class LargeStateFlink {
                 open(target);
             }
             updatingNs += REACHED.get(2, TimeUnit.HOURS) - t;
-            after.add(checkpoint(cluster, job));
+            after.add(checkpoint(cluster, job, keyed));
         }
         double updatePerS = updates * (double) intervals / (updatingNs / 1e9);
         cluster.cancelJob(job).get(1, TimeUnit.MINUTES);
@@ -456,13 +529,15 @@ public class LargeStateFlink {
         System.out.println(String.format(
                 Locale.ROOT,
                 "{\"system\":\"flink\",\"keys\":%d,\"updates\":%d,\"intervals\":%d,"
-                        + "\"value_bytes\":%d,\"budget_mib\":%d,\"pause\":%b,"
+                        + "\"value_bytes\":%d,\"budget_mib\":%d,\"pause\":%b,\"tuned\":%b,"
                         + "\"buffer_timeout_ms\":%d,"
                         + "\"load_per_s\":%.1f,\"update_per_s\":%.1f,\"startup_ms\":%.1f,"
                         + "\"first_checkpoint_ms\":%.1f,\"first_checkpoint_e2e_ms\":%d,"
                         + "\"first_checkpointed_bytes\":%d,\"first_state_bytes\":%d,"
                         + "\"checkpoint_ms\":%s,\"checkpoint_e2e_ms\":%s,"
                         + "\"checkpointed_bytes\":%s,\"state_bytes\":%s,"
+                        + "\"start_delay_ms\":%s,\"alignment_ms\":%s,\"sync_ms\":%s,"
+                        + "\"async_ms\":%s,"
                         + "\"peak_rss_kib\":%d,\"cpu_s\":%.2f}",
                 keys,
                 updates,
@@ -470,6 +545,7 @@ public class LargeStateFlink {
                 valueBytes,
                 budgetMib,
                 pause,
+                tuned,
                 bufferTimeoutMs,
                 loadPerS,
                 updatePerS,
@@ -482,6 +558,10 @@ public class LargeStateFlink {
                 array(after, Checkpoint::e2eMs),
                 array(after, Checkpoint::checkpointedBytes),
                 array(after, Checkpoint::stateBytes),
+                array(after, Checkpoint::startDelayMs),
+                array(after, Checkpoint::alignmentMs),
+                array(after, Checkpoint::syncMs),
+                array(after, Checkpoint::asyncMs),
                 statusField("VmHWM"),
                 cpuSeconds()));
         System.out.flush();

@@ -24,7 +24,7 @@
 //! update pseudo-random keys.
 
 use super::CommonArgs;
-use crate::measure::{machine, peak_rss_kib};
+use crate::measure::{machine, peak_rss_kib, process_cpu_time};
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 use sluice::prelude::*;
@@ -54,8 +54,9 @@ pub struct Args {
     #[arg(long, env = "SLUICE_S3_ENDPOINT")]
     s3_endpoint: Option<String>,
     /// Run the same job in Apache Flink as well (installed from PyPI into `target/flink-venv`
-    /// on first use). Off by default: its first full run is not yet understood (see
-    /// BENCHMARKS.md).
+    /// on first use, ~350 MB; each run a JVM of about 500 MB): the large case's job with
+    /// RocksDB, partitioned index and filter blocks and bloom filters (see
+    /// `flink/LargeStateFlink.java` and BENCHMARKS.md).
     #[arg(long)]
     flink: bool,
 }
@@ -102,6 +103,8 @@ struct Probe {
     load_per_s: f64,
     update_per_s: f64,
     peak_rss_mib: f64,
+    /// CPU seconds of the process (user and system) up to the job's end, before the restore.
+    cpu_s: f64,
     /// Bytes of the state: the table files the last checkpoint refers to.
     state_bytes: u64,
     first_checkpoint_ms: f64,
@@ -159,6 +162,13 @@ struct FlinkProbe {
     checkpointed_bytes: Vec<u64>,
     /// Per interval: Flink's `state_size` (the whole state the checkpoint refers to).
     state_bytes: Vec<u64>,
+    /// Per interval, the keyed subtask's part: trigger to its barrier's arrival (behind the
+    /// records in flight).
+    start_delay_ms: Vec<f64>,
+    /// Per interval, the keyed subtask's synchronous part (RocksDB's flush, hard links).
+    sync_ms: Vec<f64>,
+    /// Per interval, the keyed subtask's asynchronous part (the upload).
+    async_ms: Vec<f64>,
     peak_rss_kib: u64,
     cpu_s: f64,
 }
@@ -193,6 +203,8 @@ fn run_flink(
         .args(["--budget-mib", &budget_mib.to_string()])
         // As sluice's generator: records flow on while a checkpoint runs.
         .args(["--pause", "false"])
+        // Partitioned index and filter blocks and bloom filters, as sluice's backend has.
+        .args(["--tuned", "true"])
         .arg("--dir")
         .arg(dir)
         .stderr(stderr)
@@ -312,6 +324,7 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
         load_per_s: keys as f64 / load.as_secs_f64(),
         update_per_s: 0.0,
         peak_rss_mib: 0.0,
+        cpu_s: 0.0,
         state_bytes: 0,
         first_checkpoint_ms: 0.0,
         intervals: Vec::new(),
@@ -372,6 +385,7 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
     job.cancel();
     let _ = job.await;
     probe.peak_rss_mib = peak_rss_kib()? as f64 / 1024.0;
+    probe.cpu_s = process_cpu_time()?.as_secs_f64();
 
     if args.checkpoints {
         // A new job restores the state and ends at once (its generator's position is past the
@@ -594,7 +608,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "updates_per_interval": updates,
             "state_mib": p.state_bytes as f64 / MIB as f64,
             "load_per_s": p.load_per_s, "update_per_s": p.update_per_s,
-            "peak_rss_mib": p.peak_rss_mib,
+            "peak_rss_mib": p.peak_rss_mib, "cpu_s": p.cpu_s,
             "rss_over_budget_mib": p.peak_rss_mib - large_budget as f64,
             "first_checkpoint_ms": p.first_checkpoint_ms,
             "checkpoint_ms": p.intervals.iter().map(|i| i.checkpoint_ms).collect::<Vec<_>>(),
@@ -652,8 +666,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .zip(&f.state_bytes)
             .map(|(w, s)| *w as f64 / (*s).max(1) as f64)
             .collect();
-        let mean_ms = f.checkpoint_ms.iter().sum::<f64>() / f.checkpoint_ms.len().max(1) as f64;
-        let sluice = &large[0];
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let mean_ms = mean(&f.checkpoint_ms);
+        // Beside sluice's default (universal compaction) and its leveled case (Flink's
+        // compaction).
+        let (sluice, leveled) = (&large[0], &large[2]);
         rows.push(serde_json::json!({
             "scenario": "large-state", "case": "flink", "keys": large_keys,
             "budget_mib": large_budget, "updates_per_interval": updates,
@@ -663,11 +680,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "first_checkpoint_ms": f.first_checkpoint_ms,
             "checkpoint_ms": f.checkpoint_ms,
             "mean_checkpoint_ms": mean_ms,
+            "mean_start_delay_ms": mean(&f.start_delay_ms),
+            "mean_sync_ms": mean(&f.sync_ms),
+            "mean_async_ms": mean(&f.async_ms),
             "checkpoint_share": shares,
             "mean_checkpoint_share": shares.iter().sum::<f64>() / shares.len().max(1) as f64,
             "sluice_over_flink_load": sluice.load_per_s / f.load_per_s.max(1e-9),
             "sluice_over_flink_update": sluice.update_per_s / f.update_per_s.max(1e-9),
             "flink_over_sluice_checkpoint_ms": mean_ms / sluice.mean_checkpoint_ms().max(1e-9),
+            "sluice_leveled_over_flink_load": leveled.load_per_s / f.load_per_s.max(1e-9),
+            "sluice_leveled_over_flink_update": leveled.update_per_s / f.update_per_s.max(1e-9),
+            "flink_over_sluice_leveled_checkpoint_ms":
+                mean_ms / leveled.mean_checkpoint_ms().max(1e-9),
         }));
     }
     rows.push(serde_json::json!({
