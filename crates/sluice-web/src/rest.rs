@@ -289,7 +289,11 @@ fn checkpoint(c: &CheckpointRecord) -> Value {
         "status": c.status,
         "is_savepoint": false,
         "trigger_timestamp": c.trigger_time_ms,
-        "latest_ack_timestamp": time(c.end_time_ms),
+        "latest_ack_timestamp": time(
+            c.acknowledged_ms
+                .map(|a| c.trigger_time_ms + a)
+                .or(c.end_time_ms)
+        ),
         "end_to_end_duration": c.duration_ms.map_or(json!(-1), |d| json!(d)),
         "checkpointed_size": c.size_bytes,
         "state_size": c.size_bytes,

@@ -61,6 +61,7 @@ pub(crate) fn status() -> JobStatus {
         trigger_time_ms: 1_700_000_000_000,
         end_time_ms: Some(1_700_000_000_012),
         duration_ms: Some(12),
+        acknowledged_ms: Some(9),
         size_bytes: Some(2048),
         failure: None,
     };
@@ -70,6 +71,7 @@ pub(crate) fn status() -> JobStatus {
         trigger_time_ms: 1_700_000_001_000,
         end_time_ms: Some(1_700_000_011_000),
         duration_ms: Some(10_000),
+        acknowledged_ms: None,
         size_bytes: None,
         failure: Some("expired after 10s before every task acknowledged it".into()),
     };

@@ -124,6 +124,10 @@ struct Interval {
     /// that were not uploaded ahead of it.
     #[serde(default)]
     uploaded_bytes: u64,
+    /// Of `checkpoint_ms`, the time until every task acknowledged (barriers and snapshots);
+    /// the rest is writing the checkpoint.
+    #[serde(default)]
+    acknowledged_ms: f64,
     /// Bytes of the table files it refers to.
     state_bytes: u64,
 }
@@ -362,19 +366,20 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
                 Some(_) => (0, 0),
                 None => checkpoint_bytes(&checkpoints, before, id)?,
             };
-            let uploaded_bytes = job
+            let record = job
                 .observer()
                 .snapshot()
                 .checkpoints
                 .history
-                .iter()
-                .find(|c| c.id == id.0)
-                .and_then(|c| c.size_bytes)
-                .unwrap_or(0);
+                .into_iter()
+                .find(|c| c.id == id.0);
+            let uploaded_bytes = record.as_ref().and_then(|c| c.size_bytes).unwrap_or(0);
+            let acknowledged_ms = record.and_then(|c| c.acknowledged_ms).unwrap_or(0) as f64;
             probe.intervals.push(Interval {
                 checkpoint_ms,
                 written_bytes,
                 uploaded_bytes,
+                acknowledged_ms,
                 state_bytes,
             });
             probe.state_bytes = state_bytes;
@@ -616,6 +621,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "checkpoint_share": shares,
             "max_checkpoint_share": shares.iter().copied().fold(0.0, f64::max),
             "mean_checkpoint_share": shares.iter().sum::<f64>() / shares.len().max(1) as f64,
+            "checkpoint_acknowledged_ms": p.intervals.iter().map(|i| i.acknowledged_ms).collect::<Vec<_>>(),
             "checkpoint_upload_share": uploads,
             "max_checkpoint_upload_share": uploads.iter().copied().fold(0.0, f64::max),
             "mean_checkpoint_upload_share": uploads.iter().sum::<f64>() / uploads.len().max(1) as f64,

@@ -341,11 +341,23 @@ impl JobRecorder {
                     trigger_time_ms: now.0,
                     end_time_ms: None,
                     duration_ms: None,
+                    acknowledged_ms: None,
                     size_bytes: None,
                     failure: None,
                 },
                 triggered: now.1,
             });
+        });
+    }
+
+    /// Every task acknowledged checkpoint `id`; it is being written.
+    pub(crate) fn checkpoint_acknowledged(&self, id: CheckpointId) {
+        let now = Instant::now();
+        self.with(|r| {
+            if let Some(c) = find(r, id) {
+                c.record.acknowledged_ms =
+                    Some(now.saturating_duration_since(c.triggered).as_millis() as u64);
+            }
         });
     }
 

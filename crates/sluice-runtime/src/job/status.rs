@@ -291,6 +291,11 @@ pub struct CheckpointRecord {
     /// From trigger to completion or failure, milliseconds (end to end, Flink's
     /// `end_to_end_duration`).
     pub duration_ms: Option<u64>,
+    /// From trigger until every task acknowledged, milliseconds: the barriers through every
+    /// channel and every snapshot taken (Flink's start delay, alignment and synchronous
+    /// parts); the rest of `duration_ms` is writing the checkpoint.
+    #[serde(default)]
+    pub acknowledged_ms: Option<u64>,
     /// Bytes this checkpoint wrote to checkpoint storage, once written: state files,
     /// coordinator states and the table files of incremental keyed stores it uploaded (not
     /// those uploaded ahead of it, nor, in cluster mode, those the task managers uploaded).

@@ -33,6 +33,12 @@ use std::time::{Duration, Instant};
 /// promptly.
 const EVENTS_PER_POLL: u32 = 64;
 
+/// How long a task works before it yields, whatever the number of events: 64 batches through
+/// an operator that reads a keyed store for each record take most of a second, and whatever
+/// the task woke meanwhile waits for the worker thread that long (tokio runs a task woken from
+/// another in that thread's next slot, which no other thread steals).
+const SLICE: Duration = Duration::from_millis(5);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Running,
@@ -52,6 +58,10 @@ pub(crate) struct Task<T> {
     deferred_trigger: Option<CheckpointBarrier>,
     backpressured_since: Option<Instant>,
     input_wait: Option<InputWait>,
+    /// The task reported to the job master: it yields before it goes on, so that the master,
+    /// woken on this worker thread, handles the report now and not after the next slice (a
+    /// checkpoint completes only once the master has every acknowledgement).
+    reported: bool,
 }
 
 /// The input waiting on an operator of the chain that refuses more: since when (tokio's clock,
@@ -98,6 +108,7 @@ impl<T: Send + 'static> Task<T> {
             deferred_trigger: None,
             backpressured_since: None,
             input_wait: None,
+            reported: false,
         }
     }
 
@@ -155,11 +166,12 @@ impl<T: Send + 'static> Task<T> {
         }
     }
 
-    fn report(&self, report: TaskReport) -> Result<(), TaskError> {
+    fn report(&mut self, report: TaskReport) -> Result<(), TaskError> {
         let tagged = AttemptReport {
             attempt: self.mailbox.attempt,
             report,
         };
+        self.reported = true;
         self.mailbox.reports.try_send(tagged).map_err(|e| {
             TaskError::PeerGone(format!(
                 "task {} could not report to the job master: {e}",
@@ -218,8 +230,10 @@ impl<T: Send + 'static> Task<T> {
 
     fn poll_loop(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
         let mut budget = EVENTS_PER_POLL;
+        let started = Instant::now();
         loop {
-            if budget == 0 {
+            if budget == 0 || self.reported || started.elapsed() >= SLICE {
+                self.reported = false;
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
@@ -302,5 +316,130 @@ impl<T: Send + 'static> Task<T> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{Batch, OperatorEvent, Watermark, WatermarkStatus};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::sync::mpsc;
+
+    /// A source that always has one more batch.
+    struct Endless;
+
+    impl TaskInput<u64> for Endless {
+        fn poll_next(&mut self, _: &mut Context<'_>) -> Poll<Result<InputEvent<u64>, TaskError>> {
+            Poll::Ready(Ok(InputEvent::Records(Batch::new(vec![1]))))
+        }
+        fn is_source(&self) -> bool {
+            true
+        }
+    }
+
+    /// A chain that counts the batches it took.
+    struct Counting(Arc<AtomicUsize>);
+
+    impl ChainStage<u64> for Counting {
+        fn open(&mut self) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn process_batch(&mut self, _: Batch<u64>) -> Result<(), TaskError> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        fn process_watermark(&mut self, _: Watermark) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn process_status(&mut self, _: WatermarkStatus) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn poll_work(&mut self, _: &mut Context<'_>) -> Result<bool, TaskError> {
+            Ok(false)
+        }
+        fn input_blocked(&self) -> bool {
+            false
+        }
+        fn flush_buffers(&mut self) {}
+        fn poll_flush(&mut self, _: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_finish(&mut self, _: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
+            Poll::Ready(Ok(()))
+        }
+        fn close(&mut self) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn handle_event(
+            &mut self,
+            _: sluice_core::NodeId,
+            _: OperatorEvent,
+        ) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn checkpoint(
+            &mut self,
+            _: CheckpointBarrier,
+            _: &mut crate::task::control::TaskSnapshot,
+        ) -> Result<(), TaskError> {
+            Ok(())
+        }
+        fn notify_checkpoint(&mut self, _: CheckpointId, _: bool) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+
+    /// A busy task that acknowledges a checkpoint yields at once, so that the job master, woken
+    /// by the acknowledgement on the same worker thread, runs before the task's next slice.
+    #[test]
+    fn a_task_yields_right_after_it_acknowledges_a_checkpoint() {
+        let batches = Arc::new(AtomicUsize::new(0));
+        let (control_tx, control) = mpsc::channel(4);
+        let (reports, mut acks) = mpsc::channel(4);
+        let mailbox = TaskMailbox {
+            task: 0,
+            attempt: 0,
+            control,
+            reports,
+            checkpointing: true,
+        };
+        let mut task = Task::new(
+            Box::new(Endless),
+            Box::new(Counting(batches.clone())),
+            Vec::new(),
+            mailbox,
+        );
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(task.poll_loop(&mut cx).is_pending());
+        let busy = batches.load(Ordering::Relaxed);
+        assert!(busy > 1, "a slice takes batches until its budget: {busy}");
+
+        let barrier = CheckpointBarrier {
+            id: CheckpointId(1),
+            timestamp_ms: 0,
+        };
+        control_tx
+            .try_send(TaskControl::TriggerCheckpoint(barrier))
+            .unwrap();
+        assert!(task.poll_loop(&mut cx).is_pending());
+        assert!(
+            matches!(
+                acks.try_recv(),
+                Ok(AttemptReport {
+                    report: TaskReport::Ack { .. },
+                    ..
+                })
+            ),
+            "the checkpoint was acknowledged"
+        );
+        assert_eq!(
+            batches.load(Ordering::Relaxed),
+            busy,
+            "no batch after the acknowledgement in the same slice"
+        );
+        // The next slice works again.
+        assert!(task.poll_loop(&mut cx).is_pending());
+        assert!(batches.load(Ordering::Relaxed) > busy);
     }
 }

@@ -40,7 +40,10 @@ impl Driver<'_> {
                     let _ = c.send(TaskControl::TriggerCheckpoint(barrier)).await;
                 }
             }
-            Action::Persist(cp) => self.persist(cp),
+            Action::Persist(cp) => {
+                recorder.checkpoint_acknowledged(cp.id);
+                self.persist(cp)
+            }
             Action::NotifyComplete(id) => {
                 tracing::debug!(checkpoint = %id, "checkpoint completed");
                 recorder.checkpoint_completed(id);
