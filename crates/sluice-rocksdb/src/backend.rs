@@ -192,6 +192,10 @@ impl RocksDbStateBackend {
             }
             Compaction::Leveled => o.set_level_compaction_dynamic_level_bytes(true),
         }
+        // A bloom filter over each memtable's keys (a tenth of the write buffer, inside it): a
+        // read of a key the memtable lacks, every new key while loading, skips its skip list.
+        o.set_memtable_prefix_bloom_ratio(0.1);
+        o.set_memtable_whole_key_filtering(true);
         o.set_max_background_jobs(2);
         o.enable_statistics();
         o
