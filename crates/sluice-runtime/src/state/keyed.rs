@@ -262,6 +262,8 @@ where
         }
         let n = batch.len();
         if n > 0 {
+            // In key order, a store's sorted memtable inserts each key next to the one before.
+            batch.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             self.store.write(batch)?;
             self.stored = true;
         }
