@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use sluice_core::CheckpointId;
 
 /// Where the content of a restored state is, when it is not in the [`OperatorState`] at hand
-/// (see the [module documentation](self)).
+/// (see `state/deferred.rs`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Deferred {
     /// The states to read, in old subtask order.
