@@ -252,12 +252,12 @@ impl RocksDbStateBackend {
         // sources without compression libraries refuses it, and then the store goes
         // uncompressed.
         let options = self.options(&cache, DBCompressionType::Lz4);
-        let (db, options) = match DB::open(&options, &dir) {
+        let (db, options) = match open_db(&options, &dir) {
             Ok(db) => (db, options),
             Err(e) if e.to_string().contains("ompression") => {
                 let plain = self.options(&cache, DBCompressionType::None);
                 (
-                    DB::open(&plain, &dir).map_err(|e| fail(e.to_string()))?,
+                    open_db(&plain, &dir).map_err(|e| fail(e.to_string()))?,
                     plain,
                 )
             }
@@ -374,6 +374,15 @@ impl KeyedStateBackend for RocksDbStateBackend {
 }
 
 /// Links (or, across file systems, copies) every file of `files` into the new directory `dir`.
+/// Opens the instance in `dir` with its default column family named, so that
+/// [`DB::cf_handle`] finds it for the reads of many keys (`batched_multi_get_cf`) and it keeps
+/// `options` (a plain `open_cf` would give the family default options).
+fn open_db(options: &Options, dir: &Path) -> Result<DB, rocksdb::Error> {
+    let family =
+        rocksdb::ColumnFamilyDescriptor::new(rocksdb::DEFAULT_COLUMN_FAMILY_NAME, options.clone());
+    DB::open_cf_descriptors(options, dir, [family])
+}
+
 fn link_files(files: &StoreFiles, dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     for (name, _) in &files.files {

@@ -110,8 +110,11 @@ where
         out: &mut Collector<Self::Out>,
     ) -> Result<(), UserError> {
         let timestamps = out.take_input_timestamps();
-        for (i, record) in batch.into_iter().enumerate() {
-            let key = (self.key_fn)(&record);
+        // The batch's keys first: in a store, those not cached are read in one go.
+        let keys: Vec<K> = batch.iter().map(|r| (self.key_fn)(r)).collect();
+        self.state.prefetch(&keys);
+        store_failure(&mut self.state)?;
+        for (i, (record, key)) in batch.into_iter().zip(keys).enumerate() {
             let timestamp = timestamp_at(timestamps.as_deref(), i);
             let mut ctx = Context {
                 key: &key,

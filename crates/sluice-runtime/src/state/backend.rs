@@ -167,6 +167,21 @@ pub trait KeyedStore: Send + Sync + fmt::Debug {
     /// The value at `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
 
+    /// Reads the values at `keys` (in key order, each once) and calls `f` with each key's
+    /// index and value. A store that can read many keys in one call does so (RocksDB's
+    /// `MultiGet` shares the index, filter and block lookups of neighbouring keys); by default
+    /// this is one [`get`](Self::get) per key.
+    fn get_many(
+        &self,
+        keys: &[Vec<u8>],
+        f: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<(), StoreError> {
+        for (i, key) in keys.iter().enumerate() {
+            f(i, self.get(key)?.as_deref());
+        }
+        Ok(())
+    }
+
     /// Applies every change of `batch`, in order, atomically.
     fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError>;
 

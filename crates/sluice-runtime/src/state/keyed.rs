@@ -86,6 +86,9 @@ struct Slot<V> {
     dirty: bool,
     /// Read or written since the last eviction (CLOCK's reference bit).
     used: bool,
+    /// Loaded by [`StoreTier::prefetch`] and not used yet: its first use is the one that
+    /// loaded it, which does not count as a reuse.
+    prefetched: bool,
 }
 
 /// A state in front of a store: the cache of decoded values and what it needs to reach the
@@ -144,7 +147,7 @@ where
         match cache.entry(key) {
             Entry::Occupied(o) => {
                 let slot = o.into_mut();
-                slot.used = true;
+                slot.touch();
                 slot
             }
             Entry::Vacant(v) => {
@@ -165,6 +168,7 @@ where
                     value,
                     dirty: false,
                     used: false,
+                    prefetched: false,
                 })
             }
         }
@@ -175,10 +179,88 @@ where
         if self.cache.contains_key(key) {
             // A second lookup rather than a clone per hit.
             let slot = self.cache.get_mut(key).expect("the key was just found");
-            slot.used = true;
+            slot.touch();
             return slot;
         }
         self.slot(name, key.clone())
+    }
+
+    /// Loads the keys of `keys` that are not cached with one read of many keys
+    /// ([`KeyedStore::get_many`]), as many as the cache has room for after making room once.
+    /// The operator calls it with the keys of a batch before processing the batch, so that its
+    /// records find their keys cached. A failure is kept as a read's would be.
+    fn prefetch<'a>(&mut self, name: &str, keys: impl IntoIterator<Item = &'a K>)
+    where
+        K: 'a,
+    {
+        if !self.stored {
+            // The store holds no key of this state: every missing key is absent, no read needed.
+            return;
+        }
+        let mut missing: Vec<&K> = Vec::new();
+        let mut seen = rustc_hash::FxHashSet::default();
+        for key in keys {
+            if !self.cache.contains_key(key) && seen.insert(key) {
+                missing.push(key);
+            }
+        }
+        if missing.is_empty() {
+            return;
+        }
+        if self.cache.len() + missing.len() > self.cap
+            && let Err(e) = self.evict(name)
+        {
+            self.keep(e);
+            return;
+        }
+        // An eviction may have dropped keys found cached above: those are read one by one later.
+        missing.truncate(self.cap.saturating_sub(self.cache.len()));
+        let mut encoded = Vec::with_capacity(missing.len());
+        for (i, key) in missing.iter().enumerate() {
+            match store_key(self.max_parallelism, self.id, *key) {
+                Ok(k) => encoded.push((k, i)),
+                Err(e) => {
+                    let e = decode_error(&self.operator, name, e);
+                    self.keep(e);
+                    return;
+                }
+            }
+        }
+        encoded.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let (store_keys, order): (Vec<Vec<u8>>, Vec<usize>) = encoded.into_iter().unzip();
+        let mut values: Vec<Option<V>> = Vec::new();
+        values.resize_with(missing.len(), || None);
+        let mut failure = None;
+        let read = self.store.get_many(&store_keys, &mut |i, bytes| {
+            if let Some(bytes) = bytes {
+                match codec::decode(bytes) {
+                    Ok(v) => values[order[i]] = Some(v),
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                    }
+                }
+            }
+        });
+        if let Err(e) = read {
+            self.keep(e);
+            return;
+        }
+        if let Some(e) = failure {
+            let e = decode_error(&self.operator, name, e);
+            self.keep(e);
+            return;
+        }
+        for (key, value) in missing.into_iter().zip(values) {
+            self.cache.insert(
+                key.clone(),
+                Slot {
+                    value,
+                    dirty: false,
+                    used: false,
+                    prefetched: true,
+                },
+            );
+        }
     }
 
     /// Makes room (CLOCK): writes every dirty entry back and re-sizes the capacity from the
@@ -285,6 +367,16 @@ where
         let end = prefix_end(&start);
         self.store
             .scan(&start, &end, &mut |k, v| f(&k[start.len()..], v))
+    }
+}
+
+impl<V> Slot<V> {
+    /// Marks a use of a cached entry: a reuse, unless it is the first use of a prefetched one.
+    fn touch(&mut self) {
+        if std::mem::take(&mut self.prefetched) {
+            return;
+        }
+        self.used = true;
     }
 }
 
@@ -480,6 +572,32 @@ where
         match &mut self.tier {
             Tier::Heap(_) => None,
             Tier::Store(s) => s.error.take(),
+        }
+    }
+
+    /// Loads the values of `keys` that are not in memory with one read of many keys from the
+    /// store (RocksDB's `MultiGet`), so that the calls that follow find them cached: an
+    /// operator calls it with the keys of a batch of records before processing them. On the
+    /// heap, and for a state whose store holds none of its keys yet, it does nothing. Keys
+    /// beyond what the cache has room for are read one by one when used, as without it.
+    ///
+    /// ```
+    /// use sluice_runtime::state::ValueState;
+    ///
+    /// let mut counts: ValueState<u32, u64> = ValueState::new("counts");
+    /// let batch = [3, 1, 3];
+    /// counts.prefetch(&batch);
+    /// for key in batch {
+    ///     *counts.get_or_default(key) += 1;
+    /// }
+    /// assert_eq!(counts.get(&3), Some(&2));
+    /// ```
+    pub fn prefetch<'a>(&mut self, keys: impl IntoIterator<Item = &'a K>)
+    where
+        K: 'a,
+    {
+        if let Tier::Store(s) = &mut self.tier {
+            s.prefetch(&self.name, keys);
         }
     }
 
@@ -1118,11 +1236,14 @@ mod tests {
         Remove(u32),
         Get(u32),
         Snapshot,
+        /// A batch's keys read ahead, duplicates and all (up to twice the cache's 16 entries).
+        Prefetch(Vec<u32>),
     }
 
     fn op() -> impl Strategy<Value = Op> {
         let key = 0u32..300;
         prop_oneof![
+            proptest::collection::vec(key.clone(), 0..32).prop_map(Op::Prefetch),
             (key.clone(), 0u32..10).prop_map(|(k, v)| Op::Add(k, v)),
             (key.clone(), 0u32..10).prop_map(|(k, v)| Op::Set(k, v)),
             key.clone().prop_map(Op::Remove),
@@ -1148,6 +1269,10 @@ mod tests {
                     Op::Set(k, v) => prop_assert_eq!(heap.update(k, v), store.update(k, v)),
                     Op::Remove(k) => prop_assert_eq!(heap.remove(&k), store.remove(&k)),
                     Op::Get(k) => prop_assert_eq!(heap.get(&k).copied(), store.get(&k).copied()),
+                    Op::Prefetch(keys) => {
+                        heap.prefetch(&keys);
+                        store.prefetch(&keys);
+                    }
                     Op::Snapshot => {
                         let (mut a, mut b) = (OperatorState::default(), OperatorState::default());
                         heap.snapshot_into(16, &mut a).unwrap();
@@ -1386,12 +1511,29 @@ mod tests {
 
     /// A memory store that counts its reads.
     #[derive(Debug)]
-    struct CountingReads(Arc<dyn KeyedStore>, std::sync::atomic::AtomicU64);
+    /// A store that counts its reads: single `get`s in `.1`, `get_many` calls in `.2`.
+    struct CountingReads(
+        Arc<dyn KeyedStore>,
+        std::sync::atomic::AtomicU64,
+        std::sync::atomic::AtomicU64,
+    );
 
     impl KeyedStore for CountingReads {
         fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
             self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.0.get(key)
+        }
+        fn get_many(
+            &self,
+            keys: &[Vec<u8>],
+            f: &mut dyn FnMut(usize, Option<&[u8]>),
+        ) -> Result<(), StoreError> {
+            self.2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            assert!(keys.is_sorted(), "keys come in key order");
+            for (i, key) in keys.iter().enumerate() {
+                f(i, self.0.get(key)?.as_deref());
+            }
+            Ok(())
         }
         fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
             self.0.write(batch)
@@ -1408,7 +1550,11 @@ mod tests {
 
     #[test]
     fn a_key_used_between_evictions_stays_cached() {
-        let store = Arc::new(CountingReads(memory_store(), Default::default()));
+        let store = Arc::new(CountingReads(
+            memory_store(),
+            Default::default(),
+            Default::default(),
+        ));
         let mut st: ValueState<u32, u32> = ValueState::new("s");
         st.attach(store.clone(), 16, 0, "test").unwrap();
         *st.get_or_default(0) += 1;
@@ -1433,7 +1579,11 @@ mod tests {
     fn a_cache_with_room_after_measuring_keeps_what_it_holds() {
         // 64 KiB of cache: the first estimate (304 bytes an entry) allows 215 entries; at that
         // first fill a sample measures about 10, so there is room for all and nothing goes.
-        let store = Arc::new(CountingReads(memory_store(), Default::default()));
+        let store = Arc::new(CountingReads(
+            memory_store(),
+            Default::default(),
+            Default::default(),
+        ));
         let mut st: ValueState<u32, u32> = ValueState::new("s");
         st.attach(store.clone(), 16, 64 << 10, "test").unwrap();
         for k in 0..1_000 {
@@ -1449,5 +1599,74 @@ mod tests {
             0,
             "every key stayed cached"
         );
+    }
+
+    #[test]
+    fn a_prefetched_batch_is_read_in_one_call_and_then_found_cached() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let store = Arc::new(CountingReads(
+            memory_store(),
+            Default::default(),
+            Default::default(),
+        ));
+        let mut st: ValueState<u32, u32> = ValueState::new("s");
+        st.attach(store.clone(), 16, 64 << 10, "test").unwrap();
+        for k in 0..100 {
+            st.update(k, k * 10);
+        }
+        let Tier::Store(tier) = &mut st.tier else {
+            panic!("attached")
+        };
+        tier.write_back("s", true).unwrap();
+        store.1.store(0, Relaxed);
+
+        // Keys 0..50 twice over and a key the store does not hold.
+        let batch: Vec<u32> = (0..50).chain(0..50).chain([500]).collect();
+        st.prefetch(&batch);
+        assert_eq!(store.2.load(Relaxed), 1, "one read of many keys");
+        for k in &batch {
+            let want = (*k < 100).then_some(k * 10);
+            assert_eq!(st.get(k).copied(), want);
+        }
+        assert_eq!(
+            store.1.load(Relaxed),
+            0,
+            "every key of the batch was cached"
+        );
+        st.prefetch(&batch);
+        assert_eq!(store.2.load(Relaxed), 1, "nothing left to read");
+        assert!(st.take_error().is_none());
+    }
+
+    #[test]
+    fn a_prefetched_key_used_once_is_the_first_to_go() {
+        // Sixteen entries: a prefetched key used once is not marked as reused, so the next
+        // eviction drops it and keeps the key used twice.
+        let store = Arc::new(CountingReads(
+            memory_store(),
+            Default::default(),
+            Default::default(),
+        ));
+        let mut st: ValueState<u32, u32> = ValueState::new("s");
+        st.attach(store.clone(), 16, 0, "test").unwrap();
+        for k in 0..40 {
+            st.update(k, k);
+        }
+        let Tier::Store(tier) = &mut st.tier else {
+            panic!("attached")
+        };
+        tier.write_back("s", true).unwrap();
+        st.prefetch(&[1, 2]);
+        assert_eq!(st.get(&1), Some(&1));
+        assert_eq!(st.get(&2), Some(&2));
+        assert_eq!(st.get(&2), Some(&2));
+        for k in 20..40 {
+            st.get(&k);
+        }
+        let Tier::Store(tier) = &st.tier else {
+            panic!("attached")
+        };
+        assert!(!tier.cache.contains_key(&1), "used once: dropped");
+        assert!(tier.cache.contains_key(&2), "used again: kept");
     }
 }
