@@ -18,8 +18,8 @@
 //! entries as the heap backend, so a job can switch backends across a restore and rescale as
 //! before; or, with incremental checkpoints on, the stores' files: each table file uploaded
 //! once to the checkpoint storage's shared area, restores (also at another parallelism) opening
-//! the stores from those files. Timers and window contents stay on the heap for now. The guide
-//! is `docs/state-backends.md`.
+//! the stores from those files. Timers and window contents live in the store as well. The
+//! guide is `docs/state-backends.md`.
 //!
 //! Building: the crate links the RocksDB C++ library. With `ROCKSDB_LIB_DIR` set (CI sets it to
 //! Debian's `librocksdb-dev`, see `.ci/rocksdb`) the build takes seconds; without it the

@@ -31,23 +31,31 @@ pub(crate) trait Persistence: Send + Sync + 'static {
 /// State files that task managers wrote to the storage themselves (cluster mode), by
 /// checkpoint: persisting lists them in the metadata instead of writing them again.
 #[derive(Debug, Default)]
-pub(crate) struct WrittenStates(std::sync::Mutex<BTreeMap<CheckpointId, Handles>>);
+pub(crate) struct WrittenStates(std::sync::Mutex<BTreeMap<CheckpointId, Written>>);
 
-/// The state files of one checkpoint, by operator subtask.
-type Handles = BTreeMap<(NodeId, usize), StateFileHandle>;
+/// What task managers wrote for one checkpoint.
+#[derive(Debug, Default)]
+struct Written {
+    /// The state files, by operator subtask.
+    handles: BTreeMap<(NodeId, usize), StateFileHandle>,
+    /// The bytes of keyed store table files they uploaded for it.
+    uploaded_bytes: u64,
+}
 
 impl WrittenStates {
-    /// Task managers wrote `handles` for checkpoint `id`.
-    pub(crate) fn add(&self, id: CheckpointId, handles: Vec<StateFileHandle>) {
+    /// Task managers wrote `handles` for checkpoint `id`, and uploaded `uploaded_bytes` of
+    /// table files for it.
+    pub(crate) fn add(&self, id: CheckpointId, handles: Vec<StateFileHandle>, uploaded_bytes: u64) {
         let mut all = sluice_core::sync::lock(&self.0);
         let entry = all.entry(id).or_default();
+        entry.uploaded_bytes += uploaded_bytes;
         for h in handles {
-            entry.insert((h.node, h.subtask), h);
+            entry.handles.insert((h.node, h.subtask), h);
         }
     }
 
     /// Takes what was written for `id`, forgetting older checkpoints (completed or aborted).
-    fn take(&self, id: CheckpointId) -> Handles {
+    fn take(&self, id: CheckpointId) -> Written {
         let mut all = sluice_core::sync::lock(&self.0);
         let taken = all.remove(&id).unwrap_or_default();
         all.retain(|other, _| *other > id);
@@ -150,11 +158,23 @@ pub(crate) async fn upload_all(
 
 /// Uploads the store files `state` names that checkpoint storage does not hold yet (a task
 /// manager writing its own states).
+/// Returns the bytes it uploaded.
 pub(crate) async fn upload_store_files(
     storage: &dyn CheckpointStorage,
     state: &OperatorState,
-) -> Result<(), String> {
-    upload_all(storage, pending_uploads(state)?.into_iter().collect()).await
+) -> Result<u64, String> {
+    upload_all(storage, pending_uploads(state)?.into_iter().collect()).await?;
+    Ok(pending_bytes(state))
+}
+
+/// The bytes of the table files `state` names that checkpoint storage does not hold yet.
+fn pending_bytes(state: &OperatorState) -> u64 {
+    state
+        .store_handles()
+        .iter()
+        .flat_map(|h| h.shared.iter().filter(|f| !f.uploaded))
+        .map(|f| f.length)
+        .sum()
 }
 
 /// Removes local directories off the tokio workers; failures are logged.
@@ -178,7 +198,10 @@ impl Persistence for StoragePersistence {
     fn persist(&self, cp: CompletedCheckpoint) -> BoxFuture<'_, Result<u64, String>> {
         Box::pin(async move {
             let id = cp.id;
-            let mut written = self
+            let Written {
+                handles: mut written,
+                uploaded_bytes: uploaded_by_task_managers,
+            } = self
                 .written
                 .as_ref()
                 .map(|w| w.take(id))
@@ -244,7 +267,7 @@ impl Persistence for StoragePersistence {
             // written below name them, and the metadata lists them.
             let mut shared_files = std::collections::BTreeSet::new();
             let mut uploads = BTreeMap::new();
-            let mut uploaded_bytes = 0;
+            let mut uploaded_bytes = uploaded_by_task_managers;
             let mut staged = Vec::new();
             for (&node, states) in cp.operators.iter() {
                 for (subtask, state) in states.iter().enumerate() {
@@ -255,12 +278,7 @@ impl Persistence for StoragePersistence {
                         }
                     }
                     if !wrote_itself.contains(&(node, subtask)) {
-                        uploaded_bytes += state
-                            .store_handles()
-                            .iter()
-                            .flat_map(|h| h.shared.iter().filter(|f| !f.uploaded))
-                            .map(|f| f.length)
-                            .sum::<u64>();
+                        uploaded_bytes += pending_bytes(state);
                         uploads.extend(pending_uploads(state)?);
                     }
                 }
@@ -403,9 +421,14 @@ pub(crate) async fn load_restore(
 
 /// The newest valid checkpoint in `storage`, if it holds one (damaged ones are skipped with a
 /// warning; one of another job graph is an error).
+///
+/// With `fetch_files`, the files of its keyed stores are gathered locally as well (see
+/// `fetch_store_files`); without (cluster mode, where each task manager fetches those of the
+/// states it is sent), the handles stay as stored.
 pub(crate) async fn load_latest(
     storage: &dyn CheckpointStorage,
     fingerprint: &str,
+    fetch_files: bool,
 ) -> Result<Option<CompletedCheckpoint>, JobError> {
     let outcome = storage.latest_valid(fingerprint).await.map_err(|e| {
         JobError::InvalidJob(format!(
@@ -418,9 +441,10 @@ pub(crate) async fn load_latest(
     }
     match outcome.restored {
         None => Ok(None),
-        Some(cp) => Ok(Some(
+        Some(cp) if fetch_files => Ok(Some(
             fetch_store_files(storage, decode_restored(cp)?).await?,
         )),
+        Some(cp) => Ok(Some(decode_restored(cp)?)),
     }
 }
 
@@ -583,4 +607,44 @@ pub(crate) fn default_dir(job_name: &str) -> PathBuf {
         })
         .collect();
     PathBuf::from("sluice-checkpoints").join(if safe.is_empty() { "job".into() } else { safe })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Deferred;
+    use crate::storage::LocalCheckpointStorage;
+    use std::num::NonZeroUsize;
+
+    #[tokio::test]
+    async fn the_size_of_a_checkpoint_counts_what_task_managers_uploaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalCheckpointStorage::new(
+            dir.path(),
+            NonZeroUsize::new(2).unwrap(),
+        ));
+        storage.initialize().await.unwrap();
+        let (id, node) = (CheckpointId(1), NodeId(0));
+        // A task manager wrote the state file and uploaded 1,000 bytes of table files.
+        let handle = storage.write_state(id, node, 0, vec![7; 10]).await.unwrap();
+        let written = Arc::new(WrittenStates::default());
+        written.add(id, vec![handle.clone()], 1_000);
+        let persistence = StoragePersistence {
+            storage,
+            fingerprint: "f".into(),
+            max_parallelism: 128,
+            written: Some(written),
+            staged: Default::default(),
+        };
+        let mut stub = OperatorState::default();
+        stub.defer(Deferred::file(id, handle.clone()));
+        let cp = CompletedCheckpoint {
+            id,
+            timestamp_ms: 0,
+            operators: Arc::new(BTreeMap::from([(node, vec![stub])])),
+            coordinators: Arc::default(),
+        };
+        let bytes = persistence.persist(cp).await.unwrap();
+        assert_eq!(bytes, handle.length + 1_000);
+    }
 }

@@ -196,11 +196,13 @@ impl RemoteTasks {
                 if let UpKind::Ack {
                     checkpoint,
                     written,
+                    uploaded_bytes,
                     ..
                 } = &kind
                     && !written.is_empty()
                 {
-                    self.written.add(*checkpoint, written.clone());
+                    self.written
+                        .add(*checkpoint, written.clone(), *uploaded_bytes);
                 }
                 let report = kind.into_report(up.task)?;
                 let report = AttemptReport {

@@ -86,6 +86,8 @@ pub enum UpKind {
         /// The state files the task manager wrote to the checkpoint storage itself (empty when
         /// it could not: the states then travel whole and the job master writes them).
         written: Vec<StateFileHandle>,
+        /// The bytes of keyed store table files the task manager uploaded for it.
+        uploaded_bytes: u64,
     },
     /// A newer checkpoint overtook `checkpoint` during alignment.
     Declined {
@@ -119,6 +121,7 @@ impl UpKind {
                 checkpoint,
                 states,
                 written: Vec::new(),
+                uploaded_bytes: 0,
             },
             TaskReport::Decline { checkpoint, .. } => UpKind::Declined { checkpoint },
             TaskReport::FinishedInput { .. } => UpKind::FinishedInput,
@@ -134,6 +137,7 @@ impl UpKind {
                 checkpoint,
                 mut states,
                 written,
+                ..
             } => {
                 for (node, subtask, state) in states.iter_mut() {
                     if let Some(h) = written

@@ -434,10 +434,11 @@ impl Forwarder {
                 checkpoint,
                 states,
                 written,
+                uploaded_bytes,
             },
         ) = (&self.storage, &mut kind)
         {
-            *written = write_states(storage, *checkpoint, states).await;
+            (*written, *uploaded_bytes) = write_states(storage, *checkpoint, states).await;
             if !written.is_empty() {
                 // Stored: the job master gets handles, not the entries.
                 for (_, _, s) in states.iter_mut() {
@@ -484,31 +485,38 @@ impl Forwarder {
 }
 
 /// Writes a task's acknowledged states to the checkpoint storage (encoded on the blocking
-/// pool); the handles, or none when a write failed (the job master then writes them).
+/// pool); the handles and the bytes of table files uploaded for them, or none when a write
+/// failed (the job master then writes them).
 async fn write_states(
     storage: &Arc<dyn CheckpointStorage>,
     checkpoint: CheckpointId,
     states: &[(NodeId, usize, crate::state::OperatorState)],
-) -> Vec<StateFileHandle> {
+) -> (Vec<StateFileHandle>, u64) {
     let writes = states.iter().map(|(node, subtask, state)| {
         let (storage, state, node, subtask) = (storage.clone(), state.clone(), *node, *subtask);
         async move {
-            crate::checkpoint::persistence::upload_store_files(storage.as_ref(), &state).await?;
+            let uploaded =
+                crate::checkpoint::persistence::upload_store_files(storage.as_ref(), &state)
+                    .await?;
             let bytes = tokio::task::spawn_blocking(move || sluice_core::codec::encode(&state))
                 .await
                 .map_err(|e| format!("encoding a state panicked: {e}"))?
                 .map_err(|e| e.to_string())?;
-            storage
+            let handle = storage
                 .write_state(checkpoint, node, subtask, bytes)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((handle, uploaded))
         }
     });
     match futures::future::try_join_all(writes).await {
-        Ok(handles) => handles,
+        Ok(written) => {
+            let uploaded = written.iter().map(|(_, bytes)| bytes).sum();
+            (written.into_iter().map(|(h, _)| h).collect(), uploaded)
+        }
         Err(e) => {
             tracing::warn!(%checkpoint, error = %e, "could not write state files; the job master writes them");
-            Vec::new()
+            (Vec::new(), 0)
         }
     }
 }

@@ -26,12 +26,14 @@ pub(crate) async fn prepare(spec: &JobSpec) -> Result<Prepared, JobError> {
     }
     if let (true, Some(run)) = (spec.resume_latest, &spec.checkpointing) {
         let location = run.storage.location();
-        match load_latest(&*run.storage, &spec.graph.fingerprint()).await? {
+        // Where tasks read and write this storage themselves (cluster mode), the job master
+        // keeps only handles to the state files and sends those, and leaves the files of keyed
+        // stores to the task managers that restore them.
+        let cluster = spec.deployer.written_states().is_some();
+        match load_latest(&*run.storage, &spec.graph.fingerprint(), !cluster).await? {
             Some(restored) => {
                 tracing::info!(checkpoint = %restored.id, %location, "resuming from the latest checkpoint");
-                // Where tasks read and write this storage themselves (cluster mode), the job
-                // master keeps only handles to the state files and sends those.
-                initial = Some(if spec.deployer.written_states().is_some() {
+                initial = Some(if cluster {
                     restored.into_stubs()
                 } else {
                     restored
