@@ -23,11 +23,27 @@
 //!
 //! Building: the crate links the RocksDB C++ library. With `ROCKSDB_LIB_DIR` set (CI sets it to
 //! Debian's `librocksdb-dev`, see `.ci/rocksdb`) the build takes seconds; without it the
-//! `librocksdb-sys` crate compiles its bundled RocksDB (about 8 minutes on 2 cores). Both need
-//! libclang (`libclang-dev`) for the bindings.
+//! `librocksdb-sys` crate compiles its bundled RocksDB (about 12 minutes on 2 cores). Both need
+//! libclang (`libclang-dev`) for the bindings. Use the bundled build for production and for
+//! measurements: Debian's library is compiled with RocksDB's assertions on, and the
+//! large-state benchmark runs 15-30 % faster on the bundled one ([`LIBRARY`] says which one a
+//! binary links; the workspace's `.cargo/config.toml` sets the flag the bundled build needs in
+//! a virtual machine).
 
 mod backend;
 mod budget;
 mod store;
 
-pub use backend::{Compaction, DEFAULT_MEMORY_BUDGET, RocksDbStateBackend};
+pub use backend::{Compaction, DEFAULT_MEMORY_BUDGET, DEFAULT_READ_THREADS, RocksDbStateBackend};
+
+/// Which RocksDB library this build links: `"system"` when it was built with
+/// `ROCKSDB_LIB_DIR` (a library installed on the machine, such as Debian's), `"bundled"` when
+/// `librocksdb-sys` compiled RocksDB from its sources.
+///
+/// ```
+/// assert!(["system", "bundled"].contains(&sluice_rocksdb::LIBRARY));
+/// ```
+pub const LIBRARY: &str = match option_env!("ROCKSDB_LIB_DIR") {
+    Some(_) => "system",
+    None => "bundled",
+};

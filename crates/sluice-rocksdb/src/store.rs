@@ -13,8 +13,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Reads of fewer than twice this many keys stay on the caller's thread: below it, handing
+/// a part to a helper costs about what it saves.
+const SPLIT_READS_FROM: usize = 64;
 
 /// The store of one operator subtask.
 pub(crate) struct RocksDbStore {
@@ -28,6 +32,8 @@ pub(crate) struct RocksDbStore {
     options: Options,
     /// Point reads served.
     reads: AtomicU64,
+    /// Helper threads that read parts of a large `get_many` beside the caller.
+    readers: Option<Arc<rayon::ThreadPool>>,
     /// The key groups of its subtask.
     key_groups: Range<usize>,
     /// With incremental checkpoints: where its checkpoints go and what it uploaded.
@@ -75,6 +81,7 @@ impl RocksDbStore {
         operator: String,
         key_groups: Range<usize>,
         incremental: Option<Incremental>,
+        readers: Option<Arc<rayon::ThreadPool>>,
     ) -> Self {
         let mut write = WriteOptions::default();
         write.disable_wal(true);
@@ -85,6 +92,7 @@ impl RocksDbStore {
             write,
             options,
             reads: AtomicU64::new(0),
+            readers,
             key_groups,
             incremental,
         }
@@ -158,6 +166,26 @@ pub(crate) fn group_bounds(groups: &Range<usize>) -> (Vec<u8>, Vec<u8>) {
     )
 }
 
+impl RocksDbStore {
+    /// Reads `keys` (sorted) with one `MultiGet`, calling `f` with each value in key order.
+    fn multi_get(
+        &self,
+        keys: &[Vec<u8>],
+        f: &mut dyn FnMut(Option<&[u8]>),
+    ) -> Result<(), StoreError> {
+        let db = self.db()?;
+        let cf = db
+            .cf_handle(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
+            .ok_or_else(|| self.io("read", "the default column family is missing".into()))?;
+        // The keys come sorted: RocksDB then skips sorting them again.
+        for value in db.batched_multi_get_cf(cf, keys, true) {
+            let value = value.map_err(|e| self.io("read", e.to_string()))?;
+            f(value.as_deref());
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Debug for RocksDbStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RocksDbStore")
@@ -182,18 +210,44 @@ impl KeyedStore for RocksDbStore {
         f: &mut dyn FnMut(usize, Option<&[u8]>),
     ) -> Result<(), StoreError> {
         self.reads.fetch_add(keys.len() as u64, Ordering::Relaxed);
-        let db = self.db()?;
-        let cf = db
-            .cf_handle(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
-            .ok_or_else(|| self.io("read", "the default column family is missing".into()))?;
-        // The keys come sorted: RocksDB then skips sorting them again.
-        for (i, value) in db
-            .batched_multi_get_cf(&cf, keys, true)
-            .into_iter()
-            .enumerate()
-        {
-            let value = value.map_err(|e| self.io("read", e.to_string()))?;
-            f(i, value.as_deref());
+        let pool = match &self.readers {
+            Some(pool) if keys.len() >= 2 * SPLIT_READS_FROM => pool,
+            _ => {
+                let mut i = 0;
+                return self.multi_get(keys, &mut |v| {
+                    f(i, v);
+                    i += 1;
+                });
+            }
+        };
+        // Contiguous runs of the sorted keys, one per thread: the caller reads the first while
+        // the helpers read the others (each copied out, as its thread cannot call `f`).
+        let run = keys.len().div_ceil(pool.current_num_threads() + 1);
+        let mut runs = keys.chunks(run);
+        let first = runs.next().unwrap_or_default();
+        let mut others: Vec<(&[Vec<u8>], Result<Vec<Option<Vec<u8>>>, StoreError>)> =
+            runs.map(|r| (r, Ok(Vec::new()))).collect();
+        let mut i = 0;
+        let mine = pool.in_place_scope(|s| {
+            for (run, out) in others.iter_mut() {
+                s.spawn(move |_| {
+                    let mut values = Vec::with_capacity(run.len());
+                    *out = self
+                        .multi_get(run, &mut |v| values.push(v.map(<[u8]>::to_vec)))
+                        .map(|()| values);
+                });
+            }
+            self.multi_get(first, &mut |v| {
+                f(i, v);
+                i += 1;
+            })
+        });
+        mine?;
+        for (_, values) in others {
+            for v in values? {
+                f(i, v.as_deref());
+                i += 1;
+            }
         }
         Ok(())
     }
@@ -592,5 +646,27 @@ mod tests {
         assert_eq!(many, one);
         assert_eq!(many[4], Some(Some(vec![1, 2, 3])));
         assert_eq!(many[1], Some(None), "deleted");
+    }
+
+    #[test]
+    fn a_large_read_split_over_helper_threads_answers_in_key_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = incremental_store(dir.path());
+        assert!(store.readers.is_some(), "two read threads by default");
+        flushed(&store, 0, 1_000);
+        let key = |i: u32| [&[0u8, 0][..], &i.to_be_bytes()].concat();
+        // Every other key of 0..1,200: 600 keys, the last 100 absent.
+        let keys: Vec<Vec<u8>> = (0..1_200).step_by(2).map(key).collect();
+        let mut seen = Vec::new();
+        store
+            .get_many(&keys, &mut |i, v| seen.push((i, v.map(<[u8]>::to_vec))))
+            .unwrap();
+        let want: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (i, store.get(k).unwrap()))
+            .collect();
+        assert_eq!(seen, want);
+        assert_eq!(seen.iter().filter(|(_, v)| v.is_none()).count(), 100);
     }
 }

@@ -79,6 +79,9 @@ pub struct ProbeArgs {
     /// RocksDB's compaction: `universal` (the backend's default) or `leveled`.
     #[arg(long, default_value = "universal")]
     compaction: String,
+    /// Threads that read a batch's keys (`RocksDbStateBackend::read_threads`).
+    #[arg(long, default_value_t = sluice_rocksdb::DEFAULT_READ_THREADS)]
+    read_threads: usize,
     /// Bytes per value.
     #[arg(long)]
     value_bytes: usize,
@@ -279,7 +282,8 @@ fn backend(args: &ProbeArgs) -> anyhow::Result<Option<RocksDbStateBackend>> {
                 RocksDbStateBackend::new(args.dir.join("state"))
                     .memory_budget((args.budget_mib * MIB) as usize)
                     .incremental(true)
-                    .compaction(compaction),
+                    .compaction(compaction)
+                    .read_threads(args.read_threads),
             ))
         }
         other => bail!("--backend {other:?}: expected heap or rocksdb"),
@@ -542,9 +546,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let large_keys = 10 * large_budget * MIB / per_key;
     eprintln!(
         "large-state on {}: {vb}-byte values; fits: {fits_keys} keys, budget {fits_budget} MiB; \
-         large: {large_keys} keys (~{} MiB), budget {large_budget} MiB",
+         large: {large_keys} keys (~{} MiB), budget {large_budget} MiB; RocksDB: {} library",
         machine(),
-        large_keys * per_key / MIB
+        large_keys * per_key / MIB,
+        sluice_rocksdb::LIBRARY,
     );
     let tmp = tempfile::tempdir()?;
     let fresh = |name: &str| -> anyhow::Result<PathBuf> {
@@ -573,6 +578,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     ))?;
     let mut rows = vec![serde_json::json!({
         "scenario": "large-state", "case": "fits", "keys": fits_keys, "budget_mib": fits_budget,
+        "rocksdb_library": sluice_rocksdb::LIBRARY,
         "heap_load_per_s": heap.load_per_s, "rocksdb_load_per_s": rocks.load_per_s,
         "load_ratio": rocks.load_per_s / heap.load_per_s,
         "heap_update_per_s": heap.update_per_s, "rocksdb_update_per_s": rocks.update_per_s,
