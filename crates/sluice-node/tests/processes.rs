@@ -341,22 +341,40 @@ async fn a_job_master_killed_and_started_again_resumes_its_rocksdb_state_from_th
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_stopped_at_parallelism_2_resumes_at_3_with_its_state_sent_as_handles() {
     let dir = tempfile::tempdir().unwrap();
-    rescale_by_handle(dir.path(), Vec::new()).await;
+    rescale_by_handle(dir.path(), Vec::new(), Start::Resume).await;
 }
 
 #[cfg(feature = "rocksdb")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_with_rocksdb_state_stopped_at_parallelism_2_resumes_at_3_from_handles() {
     let dir = tempfile::tempdir().unwrap();
-    rescale_by_handle(dir.path(), rocksdb(dir.path())).await;
+    rescale_by_handle(dir.path(), rocksdb(dir.path()), Start::Resume).await;
     assert_store_files_were_checkpointed(&dir.path().join("checkpoints"));
 }
 
+/// A new job started from another's checkpoint directory (a restore path, its own checkpoints
+/// elsewhere) reads it as handles too: the task managers read the files at that path.
+#[cfg(feature = "rocksdb")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_restored_from_a_path_at_another_parallelism_reads_it_as_handles() {
+    let dir = tempfile::tempdir().unwrap();
+    rescale_by_handle(dir.path(), rocksdb(dir.path()), Start::RestorePath).await;
+    assert_store_files_were_checkpointed(&dir.path().join("checkpoints-2"));
+}
+
+/// How the second job master of `rescale_by_handle` starts.
+enum Start {
+    /// From the latest checkpoint of its own storage.
+    Resume,
+    /// From the first job's checkpoint storage as a restore path, with storage of its own.
+    RestorePath,
+}
+
 /// Runs the demo at parallelism 2 until a checkpoint completed, kills every process, and
-/// resumes it at parallelism 3 on three new task managers: the job master reads only the
+/// starts it again at parallelism 3 on three new task managers: the job master reads only the
 /// checkpoint's metadata into handles, each task manager reads the state files and takes its
 /// share, and the output is exact.
-async fn rescale_by_handle(dir: &Path, extra: Vec<(String, String)>) {
+async fn rescale_by_handle(dir: &Path, extra: Vec<(String, String)>, start: Start) {
     let mut job = Job {
         out: dir.join("out"),
         checkpoints: dir.join("checkpoints"),
@@ -379,6 +397,14 @@ async fn rescale_by_handle(dir: &Path, extra: Vec<(String, String)>) {
     }
     job.parallelism = 3;
     let port = free_port();
+    let how = match start {
+        Start::Resume => ("SLUICE_DEMO_RESUME", "true".to_string()),
+        Start::RestorePath => {
+            let path = job.checkpoints.display().to_string();
+            job.checkpoints = dir.join("checkpoints-2");
+            ("SLUICE_DEMO_RESTORE_FROM", path)
+        }
+    };
     let second = job
         .command(&[
             ("SLUICE_MODE", "jobmanager".into()),
@@ -386,7 +412,7 @@ async fn rescale_by_handle(dir: &Path, extra: Vec<(String, String)>) {
             ("SLUICE_RPC_ADDR", format!("127.0.0.1:{port}")),
             ("SLUICE_HEARTBEAT_TIMEOUT_MS", "2000".into()),
             ("SLUICE_HEARTBEAT_INTERVAL_MS", "200".into()),
-            ("SLUICE_DEMO_RESUME", "true".into()),
+            how,
         ])
         .spawn()
         .unwrap();
@@ -394,7 +420,11 @@ async fn rescale_by_handle(dir: &Path, extra: Vec<(String, String)>) {
         .map(|i| job.task_manager(port, &format!("tm-new-{i}")))
         .collect();
     let log = succeeds(second, "the job master at parallelism 3").await;
-    assert!(log.contains("resuming from the latest checkpoint"), "{log}");
+    let started = match start {
+        Start::Resume => "resuming from the latest checkpoint",
+        Start::RestorePath => "restoring",
+    };
+    assert!(log.contains(started), "{log}");
     // Its first deployment carried the restored state as handles, not entries.
     let handles: usize = without_colours(&log)
         .lines()

@@ -11,7 +11,9 @@
 //! 1,000,000), `SLUICE_DEMO_KEYS` (default 1,000), `SLUICE_DEMO_PARALLELISM` (default 2),
 //! `SLUICE_DEMO_RATE` (records per second, unlimited by default), `SLUICE_DEMO_CHECKPOINTS`
 //! (checkpoint directory or object-store URL such as `s3://bucket/path` with the `AWS_*` variables; default `sluice-checkpoints/demo`), `SLUICE_DEMO_RESUME=true` (resume
-//! from the newest checkpoint there, as a restarted job master does), `SLUICE_DEMO_STATE_BACKEND`
+//! from the newest checkpoint there, as a restarted job master does), `SLUICE_DEMO_RESTORE_FROM`
+//! (a checkpoint directory, or a storage directory's newest checkpoint, to start from; in
+//! cluster mode every process must reach it at that path), `SLUICE_DEMO_STATE_BACKEND`
 //! (`heap`, the default, or `rocksdb` with the `rocksdb` feature: the totals in RocksDB under
 //! `SLUICE_DEMO_STATE_DIR`, incremental checkpoints).
 
@@ -162,6 +164,10 @@ async fn main() -> anyhow::Result<()> {
     if var("SLUICE_DEMO_RESUME", false)? {
         // A job master started again finds where its predecessor got to.
         env.resume_from_latest_checkpoint();
+    }
+    if let Ok(path) = std::env::var("SLUICE_DEMO_RESTORE_FROM") {
+        // A new job from another job's checkpoints (Flink's `run -s <path>`).
+        env.restore_from(PathBuf::from(path));
     }
     env.set_restart_strategy(RestartStrategy::fixed_delay(5, Duration::from_millis(200))?);
     let generator = Generator::new(|i| i).take(records);

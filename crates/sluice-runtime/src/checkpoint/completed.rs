@@ -34,6 +34,10 @@ pub(crate) struct CompletedCheckpoint {
     pub(crate) operators: Arc<BTreeMap<NodeId, Vec<OperatorState>>>,
     /// Per operator with a coordinator, the coordinator's state.
     pub(crate) coordinators: Arc<BTreeMap<NodeId, Vec<u8>>>,
+    /// The directory of the local checkpoint storage that holds its files, when that is not
+    /// the job's own (a checkpoint restored from a path): where task managers read the files
+    /// its stubs and store handles name.
+    pub(crate) location: Option<std::path::PathBuf>,
 }
 
 impl CompletedCheckpoint {
@@ -115,6 +119,7 @@ impl PendingStates {
             timestamp_ms,
             operators: Arc::new(operators),
             coordinators: Arc::new(parts.coordinators),
+            location: None,
         }
     }
 }

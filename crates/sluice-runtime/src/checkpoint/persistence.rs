@@ -373,18 +373,34 @@ pub(crate) fn decode_restored(cp: RestoredCheckpoint) -> Result<CompletedCheckpo
         timestamp_ms,
         operators: Arc::new(operators),
         coordinators: Arc::new(coordinators),
+        location: None,
     })
 }
 
 /// Loads the checkpoint to restore from `path`: a `chk-N` directory (exactly that checkpoint, no
 /// fallback), or a checkpoint storage directory (its newest valid checkpoint, skipping damaged
 /// ones with a warning naming the bad file).
+///
+/// With `fetch_files`, the files of its keyed stores are gathered locally as well; without
+/// (cluster mode), the checkpoint keeps the storage directory as its `location`, where the
+/// task managers read its state and store files themselves.
 pub(crate) async fn load_restore(
     path: &Path,
     fingerprint: &str,
+    fetch_files: bool,
 ) -> Result<CompletedCheckpoint, JobError> {
     let invalid = |e: crate::storage::StorageError| {
         JobError::InvalidJob(format!("cannot restore from {}: {e}", path.display()))
+    };
+    let finish = |storage: LocalCheckpointStorage, cp: CompletedCheckpoint| async move {
+        if fetch_files {
+            fetch_store_files(&storage, cp).await
+        } else {
+            Ok(CompletedCheckpoint {
+                location: Some(storage.base().to_path_buf()),
+                ..cp
+            })
+        }
     };
     if restore_path_kind(path).map_err(invalid)? == RestorePathKind::Checkpoint {
         let cp = LocalCheckpointStorage::load_dir(path.to_path_buf(), fingerprint)
@@ -393,7 +409,7 @@ pub(crate) async fn load_restore(
         // Shared files live beside the checkpoint directories.
         let base = path.parent().unwrap_or(path).to_path_buf();
         let storage = LocalCheckpointStorage::new(base, std::num::NonZeroUsize::MIN);
-        return fetch_store_files(&storage, decode_restored(cp)?).await;
+        return finish(storage, decode_restored(cp)?).await;
     }
     // A restore reads; it removes nothing (not even incomplete checkpoints), so that a
     // checkpoint skipped here can still be restored by itself and named for what it lacks.
@@ -406,7 +422,7 @@ pub(crate) async fn load_restore(
         tracing::warn!(checkpoint = %skipped.id, error = %skipped.error, "skipping a damaged checkpoint");
     }
     match outcome.restored {
-        Some(cp) => fetch_store_files(&storage, decode_restored(cp)?).await,
+        Some(cp) => finish(storage, decode_restored(cp)?).await,
         None => Err(JobError::InvalidJob(format!(
             "cannot restore from {}: it holds no complete, valid checkpoint{}",
             path.display(),
@@ -643,6 +659,7 @@ mod tests {
             timestamp_ms: 0,
             operators: Arc::new(BTreeMap::from([(node, vec![stub])])),
             coordinators: Arc::default(),
+            location: None,
         };
         let bytes = persistence.persist(cp).await.unwrap();
         assert_eq!(bytes, handle.length + 1_000);

@@ -323,6 +323,7 @@ impl Deployer for RemoteDeployer {
             needed: inputs.plan.parallelism.iter().copied().max().unwrap_or(0),
             tasks: batch_tasks,
             restored_from: plan.restored_from,
+            restored_at: plan.restored_at.clone(),
             max_concurrent_checkpoints: inputs.max_concurrent_checkpoints,
             placed: OnceCell::new(),
         });
@@ -368,6 +369,7 @@ struct Batch {
     /// Each task's subtask index and restored state.
     tasks: BTreeMap<usize, (usize, Vec<SubtaskShare>)>,
     restored_from: Option<CheckpointId>,
+    restored_at: Option<std::path::PathBuf>,
     max_concurrent_checkpoints: Option<usize>,
     placed: OnceCell<BTreeMap<usize, String>>,
 }
@@ -431,6 +433,7 @@ impl Batch {
                         states,
                         deferred,
                         restored_from: self.restored_from,
+                        restored_at: self.restored_at.clone(),
                         max_concurrent_checkpoints: self.max_concurrent_checkpoints,
                     };
                     for &t in &tasks {

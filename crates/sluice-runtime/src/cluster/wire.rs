@@ -41,6 +41,10 @@ pub struct Deployment {
     pub deferred: Vec<(NodeId, usize, Deferred)>,
     /// The checkpoint the state comes from.
     pub restored_from: Option<CheckpointId>,
+    /// The directory of the local checkpoint storage holding that checkpoint's files when it
+    /// is not the job's own (a job started from a restore path, which every task manager must
+    /// reach at the same path); the job's checkpoint storage otherwise.
+    pub restored_at: Option<std::path::PathBuf>,
     /// Whether checkpointing is enabled, and how many may be pending at once.
     pub max_concurrent_checkpoints: Option<usize>,
 }

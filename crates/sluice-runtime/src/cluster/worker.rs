@@ -142,7 +142,14 @@ impl Worker {
         if d.deferred.is_empty() && d.restored_from.is_none() {
             return Ok(());
         }
-        let Some(storage) = &self.job.storage else {
+        // A checkpoint restored from a path is read there; any other from the job's storage.
+        let at_path: Option<Arc<dyn CheckpointStorage>> = d.restored_at.as_ref().map(|root| {
+            Arc::new(crate::storage::LocalCheckpointStorage::new(
+                root.clone(),
+                std::num::NonZeroUsize::MIN,
+            )) as Arc<dyn CheckpointStorage>
+        });
+        let Some(storage) = at_path.as_ref().or(self.job.storage.as_ref()) else {
             if d.deferred.is_empty() {
                 return Ok(());
             }

@@ -19,17 +19,23 @@ pub(crate) struct Prepared {
 /// Loads the checkpoint `spec` starts from and prepares its checkpointing.
 pub(crate) async fn prepare(spec: &JobSpec) -> Result<Prepared, JobError> {
     let mut initial = None;
+    // Where tasks read and write checkpoint storage themselves (cluster mode), the job master
+    // keeps only handles to the state files and sends those, and leaves the files of keyed
+    // stores to the task managers that restore them.
+    let cluster = spec.deployer.written_states().is_some();
     if let Some(path) = &spec.restore_path {
-        let restored = load_restore(path, &spec.graph.fingerprint()).await?;
+        let restored = load_restore(path, &spec.graph.fingerprint(), !cluster).await?;
         tracing::info!(checkpoint = %restored.id, path = %path.display(), "restoring");
-        initial = Some(restored);
+        // Task managers read the files at the same path, as in Flink, where a savepoint's
+        // path must be reachable from every task manager.
+        initial = Some(if cluster {
+            restored.into_stubs()
+        } else {
+            restored
+        });
     }
     if let (true, Some(run)) = (spec.resume_latest, &spec.checkpointing) {
         let location = run.storage.location();
-        // Where tasks read and write this storage themselves (cluster mode), the job master
-        // keeps only handles to the state files and sends those, and leaves the files of keyed
-        // stores to the task managers that restore them.
-        let cluster = spec.deployer.written_states().is_some();
         match load_latest(&*run.storage, &spec.graph.fingerprint(), !cluster).await? {
             Some(restored) => {
                 tracing::info!(checkpoint = %restored.id, %location, "resuming from the latest checkpoint");

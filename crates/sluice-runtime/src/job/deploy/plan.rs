@@ -93,6 +93,8 @@ pub(crate) struct DeploymentPlan {
     pub(crate) attempt: AttemptNumber,
     /// The checkpoint the state comes from.
     pub(crate) restored_from: Option<CheckpointId>,
+    /// Where that checkpoint's files are when not in the job's checkpoint storage.
+    pub(crate) restored_at: Option<std::path::PathBuf>,
     /// The tasks, in task order.
     pub(crate) tasks: Vec<PlannedTask>,
     /// The channels with an end here, in the order writers and gates take them.
@@ -119,15 +121,16 @@ impl DeploymentPlan {
             .iter()
             .flat_map(|t| t.subtasks().map(move |ns| (ns, t.index)))
             .collect();
-        let restored_from = match &shares {
-            Shares::Checkpoint(c) => c.map(|c| c.id),
-            Shares::Given(_) => None,
+        let (restored_from, restored_at) = match &shares {
+            Shares::Checkpoint(Some(c)) => (Some(c.id), c.location.clone()),
+            Shares::Checkpoint(None) | Shares::Given(_) => (None, None),
         };
         let mut states = subtask_states(graph, plan, config, shares)?;
         states.retain(|ns, _| mailboxes.contains_key(ns));
         Ok(DeploymentPlan {
             attempt,
             restored_from,
+            restored_at,
             tasks,
             channels: channels(graph, plan, &first, here),
             states,

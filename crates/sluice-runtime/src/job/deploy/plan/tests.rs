@@ -104,6 +104,7 @@ fn checkpoint(operators: BTreeMap<NodeId, Vec<OperatorState>>) -> CompletedCheck
         timestamp_ms: 0,
         operators: Arc::new(operators),
         coordinators: Arc::default(),
+        location: None,
     }
 }
 
