@@ -159,8 +159,9 @@ impl RocksDbStateBackend {
     /// helper threads that all stores of this backend in the process share. The default, 2,
     /// lets a task's reads use a second core (close to what Flink 2's asynchronous state
     /// access does for its disaggregated backend); 1 reads on the task's thread only, as
-    /// Flink's RocksDB backend does. Fewer than 128 keys are always read on the task's
-    /// thread.
+    /// Flink's RocksDB backend does. The keys are read in chunks of 64 by whichever thread is
+    /// free, so a helper busy with another task's read costs nothing but its help; fewer than
+    /// 128 keys are always read on the task's thread.
     pub fn read_threads(mut self, threads: usize) -> Self {
         self.read_threads = threads.max(1);
         self

@@ -23,7 +23,7 @@ const SPLIT_READS_FROM: usize = 64;
 /// The store of one operator subtask.
 pub(crate) struct RocksDbStore {
     /// `None` only while dropping.
-    db: Option<DB>,
+    db: Option<Arc<DB>>,
     dir: PathBuf,
     /// `"operator (subtask i)"`, for errors.
     operator: String,
@@ -86,7 +86,7 @@ impl RocksDbStore {
         let mut write = WriteOptions::default();
         write.disable_wal(true);
         RocksDbStore {
-            db: Some(db),
+            db: Some(Arc::new(db)),
             dir,
             operator,
             write,
@@ -100,7 +100,7 @@ impl RocksDbStore {
 
     fn db(&self) -> Result<&DB, StoreError> {
         self.db
-            .as_ref()
+            .as_deref()
             .ok_or_else(|| self.io("reach", "the store is closed".into()))
     }
 
@@ -173,16 +173,89 @@ impl RocksDbStore {
         keys: &[Vec<u8>],
         f: &mut dyn FnMut(Option<&[u8]>),
     ) -> Result<(), StoreError> {
-        let db = self.db()?;
-        let cf = db
-            .cf_handle(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
-            .ok_or_else(|| self.io("read", "the default column family is missing".into()))?;
-        // The keys come sorted: RocksDB then skips sorting them again.
-        for value in db.batched_multi_get_cf(cf, keys, true) {
-            let value = value.map_err(|e| self.io("read", e.to_string()))?;
-            f(value.as_deref());
+        multi_get(self.db()?, keys, f).map_err(|e| self.io("read", e))
+    }
+}
+
+/// Reads `keys` (sorted) from `db` with one `MultiGet`, calling `f` with each value in key
+/// order.
+fn multi_get(db: &DB, keys: &[Vec<u8>], f: &mut dyn FnMut(Option<&[u8]>)) -> Result<(), String> {
+    let cf = db
+        .cf_handle(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
+        .ok_or_else(|| "the default column family is missing".to_string())?;
+    // The keys come sorted: RocksDB then skips sorting them again.
+    for value in db.batched_multi_get_cf(cf, keys, true) {
+        f(value.map_err(|e| e.to_string())?.as_deref());
+    }
+    Ok(())
+}
+
+/// The values of one chunk of keys as a helper read them (copied out of RocksDB).
+type ChunkRead = Result<Vec<Option<Vec<u8>>>, String>;
+
+/// Keys read in chunks of this many by whichever thread is free.
+const CHUNK: usize = 64;
+
+/// A large read shared by the task's thread and the helper threads: each takes the next chunk
+/// of keys while any is left, so a helper busy elsewhere only means the task's thread reads
+/// more itself, and the task waits only for chunks a helper has started.
+struct SharedRead {
+    /// Whose chunks; a helper that takes a chunk finds it alive, as the reader waits for it.
+    db: std::sync::Weak<DB>,
+    keys: Vec<Vec<u8>>,
+    /// The next chunk to take.
+    next: std::sync::atomic::AtomicUsize,
+    /// What helpers read, by chunk.
+    done: Mutex<Vec<Option<ChunkRead>>>,
+    ready: std::sync::Condvar,
+}
+
+impl SharedRead {
+    fn chunks(&self) -> usize {
+        self.keys.len().div_ceil(CHUNK)
+    }
+
+    /// Takes the next chunk: its first key's index and its keys.
+    fn take(&self) -> Option<(usize, usize, &[Vec<u8>])> {
+        let c = self.next.fetch_add(1, Ordering::Relaxed);
+        let start = c.checked_mul(CHUNK).filter(|s| *s < self.keys.len())?;
+        let end = (start + CHUNK).min(self.keys.len());
+        Some((c, start, &self.keys[start..end]))
+    }
+
+    /// A helper's part: reads chunks while any is left.
+    fn help(&self) {
+        while let Some((c, _, keys)) = self.take() {
+            let read = match self.db.upgrade() {
+                Some(db) => {
+                    let mut values = Vec::with_capacity(keys.len());
+                    multi_get(&db, keys, &mut |v| values.push(v.map(<[u8]>::to_vec)))
+                        .map(|()| values)
+                }
+                None => Err("the store is closed".to_string()),
+            };
+            if let Some(slot) = sluice_core::sync::lock(&self.done).get_mut(c) {
+                *slot = Some(read);
+            }
+            self.ready.notify_all();
         }
-        Ok(())
+    }
+
+    /// Waits for chunk `c`, which a helper took.
+    fn wait(&self, c: usize) -> ChunkRead {
+        let mut done = sluice_core::sync::lock(&self.done);
+        loop {
+            match done.get_mut(c).map(Option::take) {
+                Some(Some(read)) => return read,
+                Some(None) => {
+                    done = self
+                        .ready
+                        .wait(done)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+                None => return Err(format!("chunk {c} of a shared read is missing")),
+            }
+        }
     }
 }
 
@@ -220,33 +293,34 @@ impl KeyedStore for RocksDbStore {
                 });
             }
         };
-        // Contiguous runs of the sorted keys, one per thread: the caller reads the first while
-        // the helpers read the others (each copied out, as its thread cannot call `f`).
-        let run = keys.len().div_ceil(pool.current_num_threads() + 1);
-        let mut runs = keys.chunks(run);
-        let first = runs.next().unwrap_or_default();
-        let mut others: Vec<(&[Vec<u8>], Result<Vec<Option<Vec<u8>>>, StoreError>)> =
-            runs.map(|r| (r, Ok(Vec::new()))).collect();
-        let mut i = 0;
-        let mine = pool.in_place_scope(|s| {
-            for (run, out) in others.iter_mut() {
-                s.spawn(move |_| {
-                    let mut values = Vec::with_capacity(run.len());
-                    *out = self
-                        .multi_get(run, &mut |v| values.push(v.map(<[u8]>::to_vec)))
-                        .map(|()| values);
-                });
-            }
-            self.multi_get(first, &mut |v| {
+        // The helpers take chunks only while they are free (see `SharedRead`).
+        let Some(db) = self.db.as_ref() else {
+            return Err(self.io("reach", "the store is closed".into()));
+        };
+        let shared = Arc::new(SharedRead {
+            db: Arc::downgrade(db),
+            keys: keys.to_vec(),
+            next: Default::default(),
+            done: Mutex::new(vec![None; keys.len().div_ceil(CHUNK)]),
+            ready: Default::default(),
+        });
+        for _ in 0..pool.current_num_threads() {
+            let shared = shared.clone();
+            pool.spawn(move || shared.help());
+        }
+        let mut mine = vec![false; shared.chunks()];
+        while let Some((c, start, chunk)) = shared.take() {
+            mine[c] = true;
+            let mut i = start;
+            self.multi_get(chunk, &mut |v| {
                 f(i, v);
                 i += 1;
-            })
-        });
-        mine?;
-        for (_, values) in others {
-            for v in values? {
-                f(i, v.as_deref());
-                i += 1;
+            })?;
+        }
+        for (c, _) in mine.iter().enumerate().filter(|(_, m)| !**m) {
+            let values = shared.wait(c).map_err(|e| self.io("read", e))?;
+            for (j, v) in values.iter().enumerate() {
+                f(c * CHUNK + j, v.as_deref());
             }
         }
         Ok(())
@@ -649,7 +723,7 @@ mod tests {
     }
 
     #[test]
-    fn a_large_read_split_over_helper_threads_answers_in_key_order() {
+    fn a_large_read_shared_with_helper_threads_answers_every_key() {
         let dir = tempfile::tempdir().unwrap();
         let store = incremental_store(dir.path());
         assert!(store.readers.is_some(), "two read threads by default");
@@ -661,6 +735,8 @@ mod tests {
         store
             .get_many(&keys, &mut |i, v| seen.push((i, v.map(<[u8]>::to_vec))))
             .unwrap();
+        // Chunks come back as threads finish them.
+        seen.sort();
         let want: Vec<_> = keys
             .iter()
             .enumerate()

@@ -82,6 +82,9 @@ pub struct ProbeArgs {
     /// Threads that read a batch's keys (`RocksDbStateBackend::read_threads`).
     #[arg(long, default_value_t = sluice_rocksdb::DEFAULT_READ_THREADS)]
     read_threads: usize,
+    /// Parallelism of the job (1 in every case of the scenario).
+    #[arg(long, default_value_t = 1)]
+    parallelism: usize,
     /// Bytes per value.
     #[arg(long)]
     value_bytes: usize,
@@ -305,7 +308,7 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
     let mark = Arc::new(AtomicU64::new(keys));
     let reached = Arc::new(Notify::new());
     let env = StreamEnvironment::new();
-    env.set_parallelism(1);
+    env.set_parallelism(args.parallelism);
     env.set_checkpoint_settings(
         CheckpointSettings::every(Duration::from_secs(3600)).with_retained(2),
     );
@@ -401,7 +404,7 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
         // bound): its run time is the restore.
         // Without checkpointing: a final checkpoint would wait for the next interval.
         let env = StreamEnvironment::new();
-        env.set_parallelism(1);
+        env.set_parallelism(args.parallelism);
         if args.storage.is_some() {
             env.set_checkpoint_settings(CheckpointSettings::every(Duration::from_secs(3600)));
             set_storage(&env, args, &checkpoints)?;

@@ -168,7 +168,7 @@ pub trait KeyedStore: Send + Sync + fmt::Debug {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// Reads the values at `keys` (in key order, each once) and calls `f` with each key's
-    /// index and value. A store that can read many keys in one call does so (RocksDB's
+    /// index and value, in any order. A store that can read many keys in one call does so (RocksDB's
     /// `MultiGet` shares the index, filter and block lookups of neighbouring keys); by default
     /// this is one [`get`](Self::get) per key.
     fn get_many(
