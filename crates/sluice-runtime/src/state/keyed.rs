@@ -28,6 +28,8 @@ const ENTRY_OVERHEAD: usize = 48;
 const MIN_CACHED: usize = 16;
 /// Entries whose encoded size sets the capacity when the cache first fills.
 const SAMPLE: usize = 64;
+/// Encoded bytes of one write to the store during a write-back.
+const WRITE_BATCH_BYTES: usize = 1 << 20;
 
 /// One value per key, for operators after `key_by`.
 ///
@@ -324,30 +326,48 @@ where
         Ok(())
     }
 
-    /// Writes every dirty entry to the store in one batch; with `evict`, empties the cache.
-    /// Either way, sizes the capacity from what this batch measured.
+    /// Writes every dirty entry to the store, in key order and in batches of about
+    /// `WRITE_BATCH_BYTES`; with `evict`, empties the cache. Either way, sizes the capacity from
+    /// what it measured.
+    ///
+    /// Bounded batches keep a write-back within the memory budget: the encoded entries of a
+    /// whole cache at once took as much memory again as the cache, and RocksDB put each batch
+    /// whole into one memtable, past its write buffer size.
     fn write_back(&mut self, name: &str, evict: bool) -> Result<(), StoreError> {
+        let (operator, max_parallelism, id) = (&self.operator, self.max_parallelism, self.id);
+        let fail = |e| decode_error(operator, name, e);
+        // The dirty keys encoded, in key order: a store's sorted memtable then inserts each key
+        // next to the one before.
+        let mut dirty: Vec<(Vec<u8>, &Slot<V>)> = Vec::new();
+        for (k, slot) in self.cache.iter().filter(|(_, s)| s.dirty) {
+            dirty.push((store_key(max_parallelism, id, k).map_err(fail)?, slot));
+        }
+        dirty.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let n = dirty.len();
+        let (mut bytes, mut batch_bytes) = (0usize, 0usize);
         let mut batch: Vec<StoreWrite> = Vec::new();
-        let mut bytes = 0usize;
-        for (k, slot) in self.cache.iter_mut().filter(|(_, s)| s.dirty) {
-            let key = store_key(self.max_parallelism, self.id, k)
-                .map_err(|e| decode_error(&self.operator, name, e))?;
+        for (key, slot) in dirty {
             let value = match &slot.value {
-                Some(v) => {
-                    Some(codec::encode(v).map_err(|e| decode_error(&self.operator, name, e))?)
-                }
+                Some(v) => Some(codec::encode(v).map_err(fail)?),
                 None => None,
             };
-            bytes += key.len() + value.as_ref().map_or(0, Vec::len);
+            let size = key.len() + value.as_ref().map_or(0, Vec::len);
+            bytes += size;
+            batch_bytes += size;
             batch.push((key, value));
-            slot.dirty = false;
+            if batch_bytes >= WRITE_BATCH_BYTES {
+                self.store.write(std::mem::take(&mut batch))?;
+                batch_bytes = 0;
+            }
         }
-        let n = batch.len();
-        if n > 0 {
-            // In key order, a store's sorted memtable inserts each key next to the one before.
-            batch.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        if !batch.is_empty() {
             self.store.write(batch)?;
+        }
+        if n > 0 {
             self.stored = true;
+            for slot in self.cache.values_mut() {
+                slot.dirty = false;
+            }
         }
         self.size_cap(bytes, n);
         if evict {
@@ -1668,5 +1688,62 @@ mod tests {
         };
         assert!(!tier.cache.contains_key(&1), "used once: dropped");
         assert!(tier.cache.contains_key(&2), "used again: kept");
+    }
+
+    /// A store that records the encoded bytes of each write.
+    #[derive(Debug)]
+    struct WriteSizes(Arc<dyn KeyedStore>, std::sync::Mutex<Vec<usize>>);
+
+    impl KeyedStore for WriteSizes {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+            self.0.get(key)
+        }
+        fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
+            let bytes = batch
+                .iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+                .sum();
+            self.1.lock().unwrap().push(bytes);
+            self.0.write(batch)
+        }
+        fn scan(
+            &self,
+            start: &[u8],
+            end: &[u8],
+            f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+        ) -> Result<(), StoreError> {
+            self.0.scan(start, end, f)
+        }
+    }
+
+    #[test]
+    fn a_large_write_back_goes_in_bounded_batches_in_key_order() {
+        let store = Arc::new(WriteSizes(memory_store(), Default::default()));
+        let mut st: ValueState<u32, Vec<u8>> = ValueState::new("s");
+        st.attach(store.clone(), 16, 64 << 20, "test").unwrap();
+        for k in 0..30_000 {
+            st.update(k, vec![7; 100]);
+        }
+        st.flush().unwrap();
+        let sizes = store.1.lock().unwrap().clone();
+        let total: usize = sizes.iter().sum();
+        assert!(total > 3_000_000, "{total}");
+        assert!(sizes.len() >= 3, "{sizes:?}");
+        assert!(
+            sizes.iter().all(|b| *b < WRITE_BATCH_BYTES + 200),
+            "no write much beyond the bound: {sizes:?}"
+        );
+        for k in [0, 12_345, 29_999] {
+            assert_eq!(st.get(&k).map(Vec::len), Some(100));
+        }
+        let mut keys = Vec::new();
+        store
+            .0
+            .scan(&[], &[0xFF; 8], &mut |k, _| {
+                keys.push(k.to_vec());
+                true
+            })
+            .unwrap();
+        assert_eq!(keys.len(), 30_000);
     }
 }
