@@ -20,8 +20,10 @@ use futures::StreamExt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-/// How often a store's new files are looked for.
-pub(crate) const EVERY: Duration = Duration::from_millis(100);
+/// How often a store's new files are looked for. A compaction installs its output at once;
+/// what it wrote in the last round's interval before a checkpoint is uploaded by the
+/// checkpoint itself, so the interval is short (listing the live files costs microseconds).
+pub(crate) const EVERY: Duration = Duration::from_millis(25);
 
 /// Uploads at once per store.
 const CONCURRENT: usize = 2;
