@@ -1529,34 +1529,49 @@ mod tests {
         assert!(st.take_error().is_none(), "taken once");
     }
 
-    /// A memory store that counts its reads.
+    /// A store that counts its reads (single `get`s, `get_many` calls) and records the encoded
+    /// bytes of each write.
     #[derive(Debug)]
-    /// A store that counts its reads: single `get`s in `.1`, `get_many` calls in `.2`.
-    struct CountingReads(
-        Arc<dyn KeyedStore>,
-        std::sync::atomic::AtomicU64,
-        std::sync::atomic::AtomicU64,
-    );
+    struct Instrumented {
+        inner: Arc<dyn KeyedStore>,
+        gets: std::sync::atomic::AtomicU64,
+        many: std::sync::atomic::AtomicU64,
+        writes: std::sync::Mutex<Vec<usize>>,
+    }
 
-    impl KeyedStore for CountingReads {
+    fn instrumented() -> Arc<Instrumented> {
+        Arc::new(Instrumented {
+            inner: memory_store(),
+            gets: Default::default(),
+            many: Default::default(),
+            writes: Default::default(),
+        })
+    }
+
+    impl KeyedStore for Instrumented {
         fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.0.get(key)
+            self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.get(key)
         }
         fn get_many(
             &self,
             keys: &[Vec<u8>],
             f: &mut dyn FnMut(usize, Option<&[u8]>),
         ) -> Result<(), StoreError> {
-            self.2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.many.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             assert!(keys.is_sorted(), "keys come in key order");
             for (i, key) in keys.iter().enumerate() {
-                f(i, self.0.get(key)?.as_deref());
+                f(i, self.inner.get(key)?.as_deref());
             }
             Ok(())
         }
         fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
-            self.0.write(batch)
+            let bytes = batch
+                .iter()
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+                .sum();
+            self.writes.lock().unwrap().push(bytes);
+            self.inner.write(batch)
         }
         fn scan(
             &self,
@@ -1564,17 +1579,13 @@ mod tests {
             end: &[u8],
             f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
         ) -> Result<(), StoreError> {
-            self.0.scan(start, end, f)
+            self.inner.scan(start, end, f)
         }
     }
 
     #[test]
     fn a_key_used_between_evictions_stays_cached() {
-        let store = Arc::new(CountingReads(
-            memory_store(),
-            Default::default(),
-            Default::default(),
-        ));
+        let store = instrumented();
         let mut st: ValueState<u32, u32> = ValueState::new("s");
         st.attach(store.clone(), 16, 0, "test").unwrap();
         *st.get_or_default(0) += 1;
@@ -1586,7 +1597,7 @@ mod tests {
         }
         // The store starts empty: the 16 keys cached before the first write-back (the hot one
         // among them) need no read; every later cold key is read once, and the hot one never.
-        let reads = store.1.load(std::sync::atomic::Ordering::Relaxed);
+        let reads = store.gets.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(
             reads,
             1_000 - 16,
@@ -1599,23 +1610,19 @@ mod tests {
     fn a_cache_with_room_after_measuring_keeps_what_it_holds() {
         // 64 KiB of cache: the first estimate (304 bytes an entry) allows 215 entries; at that
         // first fill a sample measures about 10, so there is room for all and nothing goes.
-        let store = Arc::new(CountingReads(
-            memory_store(),
-            Default::default(),
-            Default::default(),
-        ));
+        let store = instrumented();
         let mut st: ValueState<u32, u32> = ValueState::new("s");
         st.attach(store.clone(), 16, 64 << 10, "test").unwrap();
         for k in 0..1_000 {
             st.update(k, k);
         }
         // (Keys first seen after the write-back were looked up in the store.)
-        store.1.store(0, std::sync::atomic::Ordering::Relaxed);
+        store.gets.store(0, std::sync::atomic::Ordering::Relaxed);
         for k in 0..1_000 {
             assert_eq!(st.get(&k), Some(&k));
         }
         assert_eq!(
-            store.1.load(std::sync::atomic::Ordering::Relaxed),
+            store.gets.load(std::sync::atomic::Ordering::Relaxed),
             0,
             "every key stayed cached"
         );
@@ -1624,11 +1631,7 @@ mod tests {
     #[test]
     fn a_prefetched_batch_is_read_in_one_call_and_then_found_cached() {
         use std::sync::atomic::Ordering::Relaxed;
-        let store = Arc::new(CountingReads(
-            memory_store(),
-            Default::default(),
-            Default::default(),
-        ));
+        let store = instrumented();
         let mut st: ValueState<u32, u32> = ValueState::new("s");
         st.attach(store.clone(), 16, 64 << 10, "test").unwrap();
         for k in 0..100 {
@@ -1638,23 +1641,23 @@ mod tests {
             panic!("attached")
         };
         tier.write_back("s", true).unwrap();
-        store.1.store(0, Relaxed);
+        store.gets.store(0, Relaxed);
 
         // Keys 0..50 twice over and a key the store does not hold.
         let batch: Vec<u32> = (0..50).chain(0..50).chain([500]).collect();
         st.prefetch(&batch);
-        assert_eq!(store.2.load(Relaxed), 1, "one read of many keys");
+        assert_eq!(store.many.load(Relaxed), 1, "one read of many keys");
         for k in &batch {
             let want = (*k < 100).then_some(k * 10);
             assert_eq!(st.get(k).copied(), want);
         }
         assert_eq!(
-            store.1.load(Relaxed),
+            store.gets.load(Relaxed),
             0,
             "every key of the batch was cached"
         );
         st.prefetch(&batch);
-        assert_eq!(store.2.load(Relaxed), 1, "nothing left to read");
+        assert_eq!(store.many.load(Relaxed), 1, "nothing left to read");
         assert!(st.take_error().is_none());
     }
 
@@ -1662,11 +1665,7 @@ mod tests {
     fn a_prefetched_key_used_once_is_the_first_to_go() {
         // Sixteen entries: a prefetched key used once is not marked as reused, so the next
         // eviction drops it and keeps the key used twice.
-        let store = Arc::new(CountingReads(
-            memory_store(),
-            Default::default(),
-            Default::default(),
-        ));
+        let store = instrumented();
         let mut st: ValueState<u32, u32> = ValueState::new("s");
         st.attach(store.clone(), 16, 0, "test").unwrap();
         for k in 0..40 {
@@ -1690,42 +1689,16 @@ mod tests {
         assert!(tier.cache.contains_key(&2), "used again: kept");
     }
 
-    /// A store that records the encoded bytes of each write.
-    #[derive(Debug)]
-    struct WriteSizes(Arc<dyn KeyedStore>, std::sync::Mutex<Vec<usize>>);
-
-    impl KeyedStore for WriteSizes {
-        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-            self.0.get(key)
-        }
-        fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
-            let bytes = batch
-                .iter()
-                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
-                .sum();
-            self.1.lock().unwrap().push(bytes);
-            self.0.write(batch)
-        }
-        fn scan(
-            &self,
-            start: &[u8],
-            end: &[u8],
-            f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-        ) -> Result<(), StoreError> {
-            self.0.scan(start, end, f)
-        }
-    }
-
     #[test]
     fn a_large_write_back_goes_in_bounded_batches_in_key_order() {
-        let store = Arc::new(WriteSizes(memory_store(), Default::default()));
+        let store = instrumented();
         let mut st: ValueState<u32, Vec<u8>> = ValueState::new("s");
         st.attach(store.clone(), 16, 64 << 20, "test").unwrap();
         for k in 0..30_000 {
             st.update(k, vec![7; 100]);
         }
         st.flush().unwrap();
-        let sizes = store.1.lock().unwrap().clone();
+        let sizes = store.writes.lock().unwrap().clone();
         let total: usize = sizes.iter().sum();
         assert!(total > 3_000_000, "{total}");
         assert!(sizes.len() >= 3, "{sizes:?}");
@@ -1738,7 +1711,7 @@ mod tests {
         }
         let mut keys = Vec::new();
         store
-            .0
+            .inner
             .scan(&[], &[0xFF; 8], &mut |k, _| {
                 keys.push(k.to_vec());
                 true
