@@ -16,10 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Reads of fewer than twice this many keys stay on the caller's thread: below it, handing
-/// a part to a helper costs about what it saves.
-const SPLIT_READS_FROM: usize = 64;
-
 /// The store of one operator subtask.
 pub(crate) struct RocksDbStore {
     /// `None` only while dropping.
@@ -284,7 +280,9 @@ impl KeyedStore for RocksDbStore {
     ) -> Result<(), StoreError> {
         self.reads.fetch_add(keys.len() as u64, Ordering::Relaxed);
         let pool = match &self.readers {
-            Some(pool) if keys.len() >= 2 * SPLIT_READS_FROM => pool,
+            // Fewer than two chunks stay on the caller's thread: handing one to a helper would
+            // cost about what it saves.
+            Some(pool) if keys.len() >= 2 * CHUNK => pool,
             _ => {
                 let mut i = 0;
                 return self.multi_get(keys, &mut |v| {

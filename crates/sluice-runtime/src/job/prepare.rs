@@ -26,27 +26,22 @@ pub(crate) async fn prepare(spec: &JobSpec) -> Result<Prepared, JobError> {
     if let Some(path) = &spec.restore_path {
         let restored = load_restore(path, &spec.graph.fingerprint(), !cluster).await?;
         tracing::info!(checkpoint = %restored.id, path = %path.display(), "restoring");
-        // Task managers read the files at the same path, as in Flink, where a savepoint's
-        // path must be reachable from every task manager.
-        initial = Some(if cluster {
-            restored.into_stubs()
-        } else {
-            restored
-        });
+        // In cluster mode task managers read the files at the same path, as in Flink, where a
+        // savepoint's path must be reachable from every task manager.
+        initial = Some(restored);
     }
     if let (true, Some(run)) = (spec.resume_latest, &spec.checkpointing) {
         let location = run.storage.location();
         match load_latest(&*run.storage, &spec.graph.fingerprint(), !cluster).await? {
             Some(restored) => {
                 tracing::info!(checkpoint = %restored.id, %location, "resuming from the latest checkpoint");
-                initial = Some(if cluster {
-                    restored.into_stubs()
-                } else {
-                    restored
-                });
+                initial = Some(restored);
             }
             None => tracing::info!(%location, "no checkpoint to resume from: starting afresh"),
         }
+    }
+    if cluster {
+        initial = initial.map(CompletedCheckpoint::into_stubs);
     }
     if let (Some(run), Some(cp)) = (&spec.checkpointing, &initial) {
         let dirs = cp
