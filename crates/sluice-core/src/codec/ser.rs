@@ -188,7 +188,11 @@ impl ser::Serializer for &mut Encoder {
     }
     #[inline(always)]
     fn serialize_seq(self, len: Option<usize>) -> Result<Self> {
-        self.len(len.ok_or(WireError::LengthUnknown)?);
+        let len = len.ok_or(WireError::LengthUnknown)?;
+        self.len(len);
+        // Each element takes a byte or more (a `Vec<u8>` exactly one): room for them at once
+        // rather than a growth every few pushes. Capped, as elements may also take none.
+        self.out.reserve(len.min(1 << 16));
         Ok(self)
     }
     #[inline(always)]
