@@ -735,8 +735,31 @@ where
         out: &mut Collector<Self::Out>,
     ) -> Result<(), UserError> {
         let timestamps = out.take_input_timestamps();
+        // In a store, the keys of each run of keyed records are read in one go before the run
+        // (a broadcast record between runs may visit every key, and the cache with it).
+        let mut prefetched_to = 0;
+        let mut runs: Vec<(usize, Vec<K>)> = Vec::new();
+        for (i, record) in batch.iter().enumerate() {
+            if i < prefetched_to || !record.is_left() {
+                continue;
+            }
+            let keys: Vec<K> = batch[i..]
+                .iter()
+                .map_while(|r| match r {
+                    Either::Left(a) => Some((self.key_fn)(a)),
+                    Either::Right(_) => None,
+                })
+                .collect();
+            prefetched_to = i + keys.len();
+            runs.push((i, keys));
+        }
+        let mut runs = runs.into_iter().peekable();
         for (i, record) in batch.into_iter().enumerate() {
             let timestamp = timestamp_at(timestamps.as_deref(), i);
+            if let Some((_, keys)) = runs.next_if(|(start, _)| *start == i) {
+                self.state.prefetch(&keys);
+                store_failure(&mut self.state)?;
+            }
             match record {
                 Either::Left(a) => {
                     let key = (self.key_fn)(&a);

@@ -352,6 +352,24 @@ where
     ) -> Result<(), UserError> {
         let timestamps = out.take_input_timestamps();
         let watermark = self.timers.current_watermark();
+        // A record reads its key's buffer on the other side and adds to its own: in a store,
+        // the keys of the batch's records in time are read into both states first, in one go
+        // per state.
+        let keys: Vec<K> = batch
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| {
+                timestamp_at(timestamps.as_deref(), *i).is_some_and(|t| t >= watermark)
+            })
+            .map(|(_, record)| match record {
+                Either::Left(a) => (self.key_a)(a),
+                Either::Right(b) => (self.key_b)(b),
+            })
+            .collect();
+        self.left.prefetch(&keys);
+        self.right.prefetch(&keys);
+        store_failure(&mut self.left)?;
+        store_failure(&mut self.right)?;
         for (i, record) in batch.into_iter().enumerate() {
             let Some(t) = timestamp_at(timestamps.as_deref(), i) else {
                 let side = if record.is_left() { "left" } else { "right" };
@@ -818,5 +836,33 @@ mod tests {
         assert_eq!(out.len(), 1, "only the pair with the record at 50");
         assert!(matches!(out[0], Tagged::Main((0, 2, 50, 50))));
         assert_eq!(h.operator_mut().buffered(), (1, 1));
+    }
+
+    #[test]
+    fn a_batch_reads_its_keys_from_a_store_in_one_read_per_state() {
+        let backend = std::sync::Arc::new(crate::state::CountingBackend::default());
+        let ctx = crate::operator::OperatorContext::for_test("join", 0, 1)
+            .with_state_backend(backend.clone());
+        let op = operator(JoinBounds::new(-100, 100, false, false));
+        let mut h = OperatorTestHarness::<In, _>::with_context(op, ctx);
+        let batch = |keys: std::ops::Range<u8>| {
+            let records: Vec<In> = keys
+                .flat_map(|k| [Either::Left((k, 0)), Either::Right((k, 1))])
+                .collect();
+            let times = vec![10; records.len()];
+            (records, times)
+        };
+        let (records, times) = batch(0..64);
+        h.process_timed_batch(records, times).unwrap();
+        // The snapshot writes both sides back: from now on a missing key is read.
+        h.snapshot(1).unwrap();
+        let (records, times) = batch(64..128);
+        h.process_timed_batch(records, times).unwrap();
+        assert_eq!(
+            backend.reads(),
+            (0, 2),
+            "(single reads, reads of many keys)"
+        );
+        assert_eq!(h.operator_mut().buffered(), (128, 128));
     }
 }

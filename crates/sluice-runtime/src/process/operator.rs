@@ -177,3 +177,52 @@ where
         Some(e) => Err(e.into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::OperatorTestHarness;
+
+    /// Sums per key.
+    #[derive(Clone)]
+    struct Sum;
+
+    impl KeyedProcessFunction<u32, u32> for Sum {
+        type Out = u64;
+        type State = u64;
+        fn process_element(
+            &mut self,
+            _: u32,
+            ctx: &mut Context<'_, u32, u64, u64>,
+        ) -> Result<(), UserError> {
+            *ctx.state() += 1;
+            let n = *ctx.state();
+            ctx.collect(n);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_batch_reads_its_missing_keys_from_a_store_in_one_read() {
+        let backend = std::sync::Arc::new(crate::state::CountingBackend::default());
+        let ctx = crate::operator::OperatorContext::for_test("sum", 0, 1)
+            .with_state_backend(backend.clone());
+        let op = KeyedProcessOperator::new(Sum, |k: &u32| *k);
+        let mut h = OperatorTestHarness::with_context(op, ctx);
+        h.process_batch((0..64).collect()).unwrap();
+        h.snapshot(1).unwrap();
+        // Half the keys cached, half new; a key twice in the batch is read once.
+        h.process_batch((32..96).chain([40, 90]).collect()).unwrap();
+        assert_eq!(
+            backend.reads(),
+            (0, 1),
+            "(single reads, reads of many keys)"
+        );
+        let out: Vec<u64> = h
+            .records()
+            .into_iter()
+            .filter_map(Tagged::into_main)
+            .collect();
+        assert_eq!(out[64..].iter().filter(|n| **n == 2).count(), 32 + 1);
+    }
+}

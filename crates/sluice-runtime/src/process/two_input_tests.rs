@@ -298,3 +298,27 @@ fn a_state_written_before_broadcast_state_existed_still_decodes() {
     assert!(state.is_finished());
     assert!(state.broadcast_entries().is_empty());
 }
+
+#[test]
+fn keyed_broadcast_reads_each_run_of_keyed_records_in_one_read() {
+    let backend = std::sync::Arc::new(crate::state::CountingBackend::default());
+    let ctx = crate::operator::OperatorContext::for_test("bonus", 0, 1)
+        .with_state_backend(backend.clone());
+    let mut h = OperatorTestHarness::with_context(bonus_op(), ctx);
+    let keyed = |users: std::ops::Range<u32>| users.map(|u| Either::Left((u, 1)));
+    h.process_batch(keyed(0..64).collect()).unwrap();
+    h.snapshot(1).unwrap();
+    // Two runs of new users around a bonus, which visits every stored user.
+    let batch: Vec<_> = keyed(64..96)
+        .chain([Either::Right(5)])
+        .chain(keyed(96..128))
+        .collect();
+    h.process_batch(batch).unwrap();
+    assert_eq!(
+        backend.reads(),
+        (0, 2),
+        "(single reads, reads of many keys)"
+    );
+    let sums = mains(h.records());
+    assert!(sums.contains(&(96, 1000 + 5)), "{sums:?}");
+}

@@ -463,6 +463,88 @@ impl KeyedStore for MemoryStore {
     }
 }
 
+/// A backend for tests of operators: in-memory stores that count how they are read.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct CountingBackend {
+    /// Single-key reads ([`KeyedStore::get`]) of all its stores.
+    pub(crate) gets: Arc<std::sync::atomic::AtomicU64>,
+    /// Reads of many keys ([`KeyedStore::get_many`]) of all its stores.
+    pub(crate) many: Arc<std::sync::atomic::AtomicU64>,
+}
+
+#[cfg(test)]
+impl CountingBackend {
+    /// (single-key reads, reads of many keys) so far.
+    pub(crate) fn reads(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.gets.load(Relaxed), self.many.load(Relaxed))
+    }
+}
+
+#[cfg(test)]
+impl KeyedStateBackend for Arc<CountingBackend> {
+    fn name(&self) -> &str {
+        "counting"
+    }
+
+    fn open(&self, _scope: &StoreScope) -> Result<Arc<dyn KeyedStore>, StoreError> {
+        Ok(Arc::new(CountingStore {
+            inner: MemoryStore::default(),
+            backend: self.clone(),
+        }))
+    }
+
+    fn cache_bytes(&self) -> usize {
+        1 << 20
+    }
+}
+
+/// The store of [`CountingBackend`].
+#[cfg(test)]
+#[derive(Debug)]
+struct CountingStore {
+    inner: MemoryStore,
+    backend: Arc<CountingBackend>,
+}
+
+#[cfg(test)]
+impl KeyedStore for CountingStore {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.backend
+            .gets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.get(key)
+    }
+
+    fn get_many(
+        &self,
+        keys: &[Vec<u8>],
+        f: &mut dyn FnMut(usize, Option<&[u8]>),
+    ) -> Result<(), StoreError> {
+        self.backend
+            .many
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for (i, key) in keys.iter().enumerate() {
+            f(i, self.inner.get(key)?.as_deref());
+        }
+        Ok(())
+    }
+
+    fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
+        self.inner.write(batch)
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.inner.scan(start, end, f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

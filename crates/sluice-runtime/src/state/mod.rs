@@ -24,6 +24,8 @@ mod keyed;
 mod list;
 mod redistribute;
 
+#[cfg(test)]
+pub(crate) use backend::CountingBackend;
 pub use backend::{
     KeyedStateBackend, KeyedStore, MemoryStateBackend, StateBackend, StoreError, StoreFiles,
     StoreScope, StoreStats, StoreWrite, UploadAhead,

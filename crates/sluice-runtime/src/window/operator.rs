@@ -402,6 +402,34 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         }
     }
 
+    /// With the windows in a store: reads the (window, key)s the records of `batch` will add to
+    /// in one go (RocksDB's `MultiGet`), so that adding finds them cached.
+    fn prefetch_stored(&mut self, batch: &[In], times: &RecordTimes<'_>) -> Result<(), UserError>
+    where
+        KF: Fn(&In) -> K,
+    {
+        let mut at = Vec::with_capacity(batch.len());
+        let mut windows = Vec::new();
+        let (mut lo, mut hi) = (0, 0);
+        for (i, record) in batch.iter().enumerate() {
+            let time = times.at(i)?;
+            if !(lo <= time && time < hi) {
+                windows.clear();
+                (lo, hi) = self.spec.assigner.assign_with_range(time, &mut windows);
+                windows.retain(|w| !self.is_window_late(w));
+            }
+            let key = (self.key_fn)(record);
+            at.extend(windows.iter().map(|&window| InWindow {
+                window,
+                key: key.clone(),
+            }));
+        }
+        if let Some(stored) = &mut self.stored {
+            stored.prefetch(&at);
+        }
+        Ok(())
+    }
+
     /// Resolves the panes of `windows` (creating the missing ones) into `targets`. In processing
     /// time a new pane gets its timer, registered under `key`.
     fn resolve_panes(&mut self, windows: &[TimeWindow], key: &K) -> Result<(), UserError> {
@@ -858,6 +886,9 @@ where
                 self.add_to_session(key, record, time, out)?;
             }
             return self.store_failures();
+        }
+        if self.stored.is_some() {
+            self.prefetch_stored(&batch, &times)?;
         }
         // Nearby records share their windows: they are assigned (and checked for lateness,
         // which only the watermark changes, never during a batch) once per range of times, and

@@ -749,6 +749,32 @@ fn store_context(subtask: usize, parallelism: usize) -> OperatorContext {
         .with_state_backend(crate::state::MemoryStateBackend::new(0))
 }
 
+#[test]
+fn a_batch_reads_its_windows_from_a_store_in_one_read() {
+    fn feed(op: &mut TestOperator, keys: std::ops::Range<u8>) {
+        let records: Vec<Rec> = keys.map(|k| (k, 1)).collect();
+        let mut c = Collector::new();
+        c.set_input_timestamps(Some(vec![7; records.len()]));
+        op.process_batch(records, &mut c).unwrap();
+    }
+    let backend = std::sync::Arc::new(crate::state::CountingBackend::default());
+    let ctx = OperatorContext::for_test("window", 0, 1).with_state_backend(backend.clone());
+    let sliding = SlidingEventTimeWindows::of(Duration::from_millis(10), Duration::from_millis(5));
+    let mut op = operator(sliding, 0);
+    op.open(&ctx).unwrap();
+    feed(&mut op, 0..64);
+    // The snapshot writes the windows back: from now on a missing one is read.
+    op.snapshot_state(sluice_core::CheckpointId(1), &mut Collector::new())
+        .unwrap();
+    // Each record adds to two sliding windows: 64 new keys, 128 (window, key)s, one read.
+    feed(&mut op, 64..128);
+    assert_eq!(
+        backend.reads(),
+        (0, 1),
+        "(single reads, reads of many keys)"
+    );
+}
+
 fn run_in_store(mut op: TestOperator, events: &[Ev]) -> Vec<(Vec<Out>, Vec<Rec>)> {
     op.open(&store_context(0, 1)).unwrap();
     run_operator_on(&mut op, events)
