@@ -19,6 +19,9 @@
 //!   incremental checkpoints and the same memory budget as its managed memory: throughput and
 //!   checkpoint duration, sluice against Flink (goal ≥ 5× throughput, shorter checkpoints).
 //!
+//! Every process of the scenario runs with glibc's `MALLOC_ARENA_MAX=2` (`MALLOC_ARENA_MAX`
+//! below), as the guide advises for RocksDB.
+//!
 //! The job: a generator → `key_by` → a `KeyedProcessFunction` whose state per key is a value of
 //! `--value-bytes` bytes (100 by default). Record `i < keys` writes key `i`; later records
 //! update pseudo-random keys.
@@ -38,6 +41,17 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 const MIB: u64 = 1 << 20;
+/// glibc's malloc arenas in every process of the scenario, sluice's probes and Flink's JVM
+/// alike, unless `MALLOC_ARENA_MAX` is set already. RocksDB allocates its blocks with the C
+/// library's malloc from many threads; with glibc's default of up to eight arenas per core the
+/// freed blocks fragment them, and at full size that alone added about 95 MiB to the peak RSS
+/// (docs/state-backends.md, "Memory").
+const MALLOC_ARENA_MAX: &str = "2";
+
+/// `MALLOC_ARENA_MAX` for the scenario's processes: the caller's, or [`MALLOC_ARENA_MAX`].
+fn malloc_arenas() -> String {
+    std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| MALLOC_ARENA_MAX.to_string())
+}
 /// Intervals of the large cases: enough for the larger merges to come due.
 const INTERVALS: u32 = 16;
 
@@ -206,6 +220,7 @@ fn run_flink(
     );
     let output = flink
         .java("LargeStateFlink")
+        .env("MALLOC_ARENA_MAX", malloc_arenas())
         .args(["--keys", &keys.to_string()])
         .args(["--updates", &updates.to_string()])
         .args(["--intervals", &INTERVALS.to_string()])
@@ -494,6 +509,7 @@ fn run_probe_with(args: &[String], env: &[(&str, String)]) -> anyhow::Result<Pro
     let output = Command::new(exe)
         .arg("large-state-probe")
         .args(args)
+        .env("MALLOC_ARENA_MAX", malloc_arenas())
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .context("starting the large-state probe")?;
@@ -549,10 +565,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let large_keys = 10 * large_budget * MIB / per_key;
     eprintln!(
         "large-state on {}: {vb}-byte values; fits: {fits_keys} keys, budget {fits_budget} MiB; \
-         large: {large_keys} keys (~{} MiB), budget {large_budget} MiB; RocksDB: {} library",
+         large: {large_keys} keys (~{} MiB), budget {large_budget} MiB; RocksDB: {} library; \
+         MALLOC_ARENA_MAX={}",
         machine(),
         large_keys * per_key / MIB,
         sluice_rocksdb::LIBRARY,
+        malloc_arenas(),
     );
     let tmp = tempfile::tempdir()?;
     let fresh = |name: &str| -> anyhow::Result<PathBuf> {
@@ -581,7 +599,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     ))?;
     let mut rows = vec![serde_json::json!({
         "scenario": "large-state", "case": "fits", "keys": fits_keys, "budget_mib": fits_budget,
-        "rocksdb_library": sluice_rocksdb::LIBRARY,
+        "rocksdb_library": sluice_rocksdb::LIBRARY, "malloc_arena_max": malloc_arenas(),
         "heap_load_per_s": heap.load_per_s, "rocksdb_load_per_s": rocks.load_per_s,
         "load_ratio": rocks.load_per_s / heap.load_per_s,
         "heap_update_per_s": heap.update_per_s, "rocksdb_update_per_s": rocks.update_per_s,
