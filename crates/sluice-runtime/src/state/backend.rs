@@ -467,18 +467,19 @@ impl KeyedStore for MemoryStore {
 #[cfg(test)]
 #[derive(Debug, Default)]
 pub(crate) struct CountingBackend {
-    /// Single-key reads ([`KeyedStore::get`]) of all its stores.
-    pub(crate) gets: Arc<std::sync::atomic::AtomicU64>,
-    /// Reads of many keys ([`KeyedStore::get_many`]) of all its stores.
-    pub(crate) many: Arc<std::sync::atomic::AtomicU64>,
+    stores: Mutex<Vec<Arc<CountingStore>>>,
 }
 
 #[cfg(test)]
 impl CountingBackend {
-    /// (single-key reads, reads of many keys) so far.
+    /// (single-key reads, reads of many keys) of all its stores so far.
     pub(crate) fn reads(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
-        (self.gets.load(Relaxed), self.many.load(Relaxed))
+        sluice_core::sync::lock(&self.stores)
+            .iter()
+            .fold((0, 0), |(g, m), s| {
+                (g + s.gets.load(Relaxed), m + s.many.load(Relaxed))
+            })
     }
 }
 
@@ -489,10 +490,9 @@ impl KeyedStateBackend for Arc<CountingBackend> {
     }
 
     fn open(&self, _scope: &StoreScope) -> Result<Arc<dyn KeyedStore>, StoreError> {
-        Ok(Arc::new(CountingStore {
-            inner: MemoryStore::default(),
-            backend: self.clone(),
-        }))
+        let store = Arc::new(CountingStore::default());
+        sluice_core::sync::lock(&self.stores).push(store.clone());
+        Ok(store)
     }
 
     fn cache_bytes(&self) -> usize {
@@ -500,20 +500,21 @@ impl KeyedStateBackend for Arc<CountingBackend> {
     }
 }
 
-/// The store of [`CountingBackend`].
+/// An in-memory store that counts its reads (single `get`s, `get_many` calls, which must come
+/// in key order) and records the encoded bytes of each write.
 #[cfg(test)]
-#[derive(Debug)]
-struct CountingStore {
+#[derive(Debug, Default)]
+pub(crate) struct CountingStore {
     inner: MemoryStore,
-    backend: Arc<CountingBackend>,
+    pub(crate) gets: std::sync::atomic::AtomicU64,
+    pub(crate) many: std::sync::atomic::AtomicU64,
+    pub(crate) writes: Mutex<Vec<usize>>,
 }
 
 #[cfg(test)]
 impl KeyedStore for CountingStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.backend
-            .gets
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.inner.get(key)
     }
 
@@ -522,9 +523,8 @@ impl KeyedStore for CountingStore {
         keys: &[Vec<u8>],
         f: &mut dyn FnMut(usize, Option<&[u8]>),
     ) -> Result<(), StoreError> {
-        self.backend
-            .many
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.many.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        assert!(keys.is_sorted(), "keys come in key order");
         for (i, key) in keys.iter().enumerate() {
             f(i, self.inner.get(key)?.as_deref());
         }
@@ -532,6 +532,11 @@ impl KeyedStore for CountingStore {
     }
 
     fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
+        let bytes = batch
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
+            .sum();
+        sluice_core::sync::lock(&self.writes).push(bytes);
         self.inner.write(batch)
     }
 

@@ -1529,58 +1529,8 @@ mod tests {
         assert!(st.take_error().is_none(), "taken once");
     }
 
-    /// A store that counts its reads (single `get`s, `get_many` calls) and records the encoded
-    /// bytes of each write.
-    #[derive(Debug)]
-    struct Instrumented {
-        inner: Arc<dyn KeyedStore>,
-        gets: std::sync::atomic::AtomicU64,
-        many: std::sync::atomic::AtomicU64,
-        writes: std::sync::Mutex<Vec<usize>>,
-    }
-
-    fn instrumented() -> Arc<Instrumented> {
-        Arc::new(Instrumented {
-            inner: memory_store(),
-            gets: Default::default(),
-            many: Default::default(),
-            writes: Default::default(),
-        })
-    }
-
-    impl KeyedStore for Instrumented {
-        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-            self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.inner.get(key)
-        }
-        fn get_many(
-            &self,
-            keys: &[Vec<u8>],
-            f: &mut dyn FnMut(usize, Option<&[u8]>),
-        ) -> Result<(), StoreError> {
-            self.many.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            assert!(keys.is_sorted(), "keys come in key order");
-            for (i, key) in keys.iter().enumerate() {
-                f(i, self.inner.get(key)?.as_deref());
-            }
-            Ok(())
-        }
-        fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
-            let bytes = batch
-                .iter()
-                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
-                .sum();
-            self.writes.lock().unwrap().push(bytes);
-            self.inner.write(batch)
-        }
-        fn scan(
-            &self,
-            start: &[u8],
-            end: &[u8],
-            f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-        ) -> Result<(), StoreError> {
-            self.inner.scan(start, end, f)
-        }
+    fn instrumented() -> Arc<crate::state::CountingStore> {
+        Arc::default()
     }
 
     #[test]
@@ -1711,7 +1661,6 @@ mod tests {
         }
         let mut keys = Vec::new();
         store
-            .inner
             .scan(&[], &[0xFF; 8], &mut |k, _| {
                 keys.push(k.to_vec());
                 true

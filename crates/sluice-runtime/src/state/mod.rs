@@ -25,7 +25,7 @@ mod list;
 mod redistribute;
 
 #[cfg(test)]
-pub(crate) use backend::CountingBackend;
+pub(crate) use backend::{CountingBackend, CountingStore};
 pub use backend::{
     KeyedStateBackend, KeyedStore, MemoryStateBackend, StateBackend, StoreError, StoreFiles,
     StoreScope, StoreStats, StoreWrite, UploadAhead,
