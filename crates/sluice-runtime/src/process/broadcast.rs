@@ -736,22 +736,26 @@ where
     ) -> Result<(), UserError> {
         let timestamps = out.take_input_timestamps();
         // In a store, the keys of each run of keyed records are read in one go before the run
-        // (a broadcast record between runs may visit every key, and the cache with it).
-        let mut prefetched_to = 0;
+        // (a broadcast record between runs may visit every key, and the cache with it); on the
+        // heap there is nothing to read.
         let mut runs: Vec<(usize, Vec<K>)> = Vec::new();
-        for (i, record) in batch.iter().enumerate() {
-            if i < prefetched_to || !record.is_left() {
-                continue;
+        if self.state.is_attached() {
+            let mut i = 0;
+            while i < batch.len() {
+                let keys: Vec<K> = batch[i..]
+                    .iter()
+                    .map_while(|r| match r {
+                        Either::Left(a) => Some((self.key_fn)(a)),
+                        Either::Right(_) => None,
+                    })
+                    .collect();
+                let len = keys.len();
+                if len > 0 {
+                    runs.push((i, keys));
+                }
+                // Past the run and the broadcast record that ends it.
+                i += len + 1;
             }
-            let keys: Vec<K> = batch[i..]
-                .iter()
-                .map_while(|r| match r {
-                    Either::Left(a) => Some((self.key_fn)(a)),
-                    Either::Right(_) => None,
-                })
-                .collect();
-            prefetched_to = i + keys.len();
-            runs.push((i, keys));
         }
         let mut runs = runs.into_iter().peekable();
         for (i, record) in batch.into_iter().enumerate() {

@@ -354,22 +354,24 @@ where
         let watermark = self.timers.current_watermark();
         // A record reads its key's buffer on the other side and adds to its own: in a store,
         // the keys of the batch's records in time are read into both states first, in one go
-        // per state.
-        let keys: Vec<K> = batch
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| {
-                timestamp_at(timestamps.as_deref(), *i).is_some_and(|t| t >= watermark)
-            })
-            .map(|(_, record)| match record {
-                Either::Left(a) => (self.key_a)(a),
-                Either::Right(b) => (self.key_b)(b),
-            })
-            .collect();
-        self.left.prefetch(&keys);
-        self.right.prefetch(&keys);
-        store_failure(&mut self.left)?;
-        store_failure(&mut self.right)?;
+        // per state (on the heap there is nothing to read, and no key is extracted twice).
+        if self.left.is_attached() {
+            let keys: Vec<K> = batch
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| {
+                    timestamp_at(timestamps.as_deref(), *i).is_some_and(|t| t >= watermark)
+                })
+                .map(|(_, record)| match record {
+                    Either::Left(a) => (self.key_a)(a),
+                    Either::Right(b) => (self.key_b)(b),
+                })
+                .collect();
+            self.left.prefetch(&keys);
+            self.right.prefetch(&keys);
+            store_failure(&mut self.left)?;
+            store_failure(&mut self.right)?;
+        }
         for (i, record) in batch.into_iter().enumerate() {
             let Some(t) = timestamp_at(timestamps.as_deref(), i) else {
                 let side = if record.is_left() { "left" } else { "right" };
