@@ -3,11 +3,14 @@
 
 use crate::budget::{self, Split};
 use crate::store::RocksDbStore;
+use crate::write_buffers::WriteBuffers;
 use rocksdb::{
     BlockBasedIndexType, BlockBasedOptions, Cache, DB, DBCompactionStyle, DBCompressionType,
     Options, UniversalCompactOptions,
 };
-use sluice_runtime::state::{KeyedStateBackend, KeyedStore, StoreError, StoreFiles, StoreScope};
+use sluice_runtime::state::{
+    KeyedStateBackend, KeyedStore, StoreError, StoreFiles, StoreScope, ValueCaches,
+};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -80,6 +83,12 @@ pub struct RocksDbStateBackend {
     dir: PathBuf,
     budget: usize,
     split: Split,
+    /// Bytes each state caches when set apart from the budget (`value_cache_bytes`).
+    value_cache_override: Option<usize>,
+    /// The caches of decoded values all states of this backend share.
+    value_caches: ValueCaches,
+    /// The write buffers all stores of this backend share.
+    write_buffers: Arc<WriteBuffers>,
     /// The block cache all stores share, made when the first opens.
     cache: Mutex<Option<Cache>>,
     /// Names the stores of this process apart from those of another (a killed one's).
@@ -101,10 +110,14 @@ impl RocksDbStateBackend {
     /// Stores below `dir` (created when the first store opens), with the default budget.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         let budget = DEFAULT_MEMORY_BUDGET;
+        let split = budget::split(budget);
         RocksDbStateBackend {
             dir: dir.into(),
             budget,
-            split: budget::split(budget),
+            split,
+            value_cache_override: None,
+            value_caches: ValueCaches::shared(split.value_caches_total, split.value_cache),
+            write_buffers: WriteBuffers::new(split),
             cache: Mutex::new(None),
             instance: format!("p{}", std::process::id()),
             opened: AtomicU64::new(0),
@@ -116,24 +129,28 @@ impl RocksDbStateBackend {
         }
     }
 
-    /// Sets the memory budget, in bytes, that all stores of this backend in this process share:
-    /// the block cache, the write buffers and the caches of decoded values come out of it.
+    /// Sets the memory budget, in bytes, that all stores of this backend in this process share,
+    /// however many keyed operators, subtasks and states use it: the block cache, the write
+    /// buffers and the caches of decoded values come out of it (the guide,
+    /// `docs/state-backends.md`, gives the split).
     pub fn memory_budget(mut self, bytes: usize) -> Self {
-        let value_cache = self.split.value_cache;
-        let overridden = value_cache != budget::split(self.budget).value_cache;
         self.budget = bytes;
         self.split = budget::split(bytes);
-        if overridden {
-            self.split.value_cache = value_cache;
-        }
+        self.write_buffers = WriteBuffers::new(self.split);
+        self.value_caches = match self.value_cache_override {
+            Some(per_state) => ValueCaches::per_state(per_state),
+            None => ValueCaches::shared(self.split.value_caches_total, self.split.value_cache),
+        };
         self
     }
 
-    /// Overrides the bytes of decoded values each state caches in front of its store (by
-    /// default a quarter of the budget; at least 16 values are kept whatever the bytes).
+    /// Sets the bytes of decoded values each state caches in front of its store apart from the
+    /// budget: every state gets them, however many there are (by default the states share half
+    /// the budget, at most a quarter each; at least 16 values are kept whatever the bytes).
     /// Small values make every access a store read, which tests use.
     pub fn value_cache_bytes(mut self, bytes: usize) -> Self {
-        self.split.value_cache = bytes;
+        self.value_cache_override = Some(bytes);
+        self.value_caches = ValueCaches::per_state(bytes);
         self
     }
 
@@ -184,7 +201,12 @@ impl RocksDbStateBackend {
             .map_or(0, Cache::get_usage)
     }
 
-    fn options(&self, cache: &Cache, compression: DBCompressionType) -> Options {
+    fn options(
+        &self,
+        cache: &Cache,
+        compression: DBCompressionType,
+        write_buffer: usize,
+    ) -> Options {
         let mut table = BlockBasedOptions::default();
         table.set_block_cache(cache);
         // Index and filter blocks are charged to the cache (so the budget holds), partitioned so
@@ -198,7 +220,7 @@ impl RocksDbStateBackend {
         let mut o = Options::default();
         o.create_if_missing(true);
         o.set_block_based_table_factory(&table);
-        o.set_write_buffer_size(self.split.write_buffer);
+        o.set_write_buffer_size(write_buffer);
         o.set_max_write_buffer_number(self.split.write_buffers);
         o.set_compression_type(compression);
         match self.compaction {
@@ -273,11 +295,13 @@ impl RocksDbStateBackend {
         // LZ4 where the library has it (Debian's does); RocksDB compiled from the crate's
         // sources without compression libraries refuses it, and then the store goes
         // uncompressed.
-        let options = self.options(&cache, DBCompressionType::Lz4);
+        // Counted in before opening, so that the store opens with its share.
+        let buffers = self.write_buffers.join();
+        let options = self.options(&cache, DBCompressionType::Lz4, buffers.bytes());
         let (db, options) = match open_db(&options, &dir) {
             Ok(db) => (db, options),
             Err(e) if e.to_string().contains("ompression") => {
-                let plain = self.options(&cache, DBCompressionType::None);
+                let plain = self.options(&cache, DBCompressionType::None, buffers.bytes());
                 (
                     open_db(&plain, &dir).map_err(|e| fail(e.to_string()))?,
                     plain,
@@ -306,10 +330,10 @@ impl RocksDbStateBackend {
             db,
             options,
             dir.clone(),
-            scope.describe(),
-            scope.key_groups(),
+            scope,
             incremental,
             self.readers().map_err(fail)?,
+            buffers,
         ))
     }
 
@@ -410,8 +434,8 @@ impl KeyedStateBackend for RocksDbStateBackend {
         Ok(Arc::new(store))
     }
 
-    fn cache_bytes(&self) -> usize {
-        self.split.value_cache
+    fn value_caches(&self) -> ValueCaches {
+        self.value_caches.clone()
     }
 }
 

@@ -1,30 +1,37 @@
-//! How a memory budget is split between RocksDB's block cache, each store's write buffers and
-//! the decoded values each state caches in front of its store: one pure function, the rules at
+//! How a memory budget is split between RocksDB's block cache, the stores' write buffers and
+//! the decoded values each state caches in front of its store: pure functions, the rules at
 //! the top.
 //!
-//! Rules (for a budget `B`, shared by every store of one backend in one process):
+//! Rules (for a budget `B`, shared by every store of one backend in one process, however many
+//! keyed operators, subtasks and states it runs):
 //! - the block cache, shared by all stores and holding data, index and filter blocks, gets
 //!   `B / 4`;
-//! - each store's write buffers (memtables) get `B / 8`: two of `B / 16`, each between 1 MiB and
-//!   64 MiB;
-//! - each state's cache of decoded values gets `B / 4`, at least 64 KiB: a hit there costs what
-//!   a heap access costs, a block cache hit a RocksDB read and a decode, so the decoded values
-//!   get the larger share.
+//! - the write buffers (memtables) of all stores get `B / 4`: each of `n` stores open has two
+//!   of `min(B / 16, B / (8 n))`, between 1 MiB and 64 MiB, re-sized as stores open and close
+//!   ([`write_buffer`]);
+//! - the caches of decoded values of all states get `B / 2`: each of `m` states attached has
+//!   `min(B / 4, B / (2 m))` (the rule of `sluice_runtime::state::ValueCaches`), at least 16
+//!   values whatever the bytes. A hit there costs what a heap access costs, a block cache hit
+//!   a RocksDB read and a decode, so decoded values get the largest share.
 //!
-//! So two keyed operator subtasks with one state each use at most
-//! `B/4 + 2 × (B/8 + B/4) = B`; more subtasks or states per process need a larger budget (the
-//! guide, `docs/state-backends.md`, says how to size it).
+//! So one store with one state (a keyed operator at parallelism 1) uses `5B/8`, two use all of
+//! `B`, and more share it; only the floors (1 MiB per write buffer, 16 values per state) can
+//! take more, with very many stores on a small budget.
 
 /// The parts of a memory budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Split {
     /// Bytes of the block cache shared by all stores.
     pub(crate) block_cache: usize,
-    /// Bytes of one write buffer (memtable).
+    /// Bytes of the write buffers of all stores.
+    pub(crate) write_buffers_total: usize,
+    /// Bytes of one write buffer (memtable) of a store alone.
     pub(crate) write_buffer: usize,
     /// Write buffers per store.
     pub(crate) write_buffers: i32,
-    /// Bytes of decoded values one state caches.
+    /// Bytes of decoded values all states cache.
+    pub(crate) value_caches_total: usize,
+    /// Bytes of decoded values one state caches at most.
     pub(crate) value_cache: usize,
 }
 
@@ -34,10 +41,20 @@ const MIB: usize = 1 << 20;
 pub(crate) fn split(budget: usize) -> Split {
     Split {
         block_cache: budget / 4,
+        write_buffers_total: budget / 4,
         write_buffer: (budget / 16).clamp(MIB, 64 * MIB),
         write_buffers: 2,
+        value_caches_total: budget / 2,
         value_cache: (budget / 4).max(64 << 10),
     }
+}
+
+/// Bytes of one write buffer of each of `stores` open stores.
+pub(crate) fn write_buffer(split: &Split, stores: usize) -> usize {
+    let per_store = split.write_buffers_total / stores.max(1);
+    (per_store / split.write_buffers.max(1) as usize)
+        .min(split.write_buffer)
+        .clamp(MIB, 64 * MIB)
 }
 
 #[cfg(test)]
@@ -50,15 +67,31 @@ mod tests {
         assert_eq!(s.block_cache, 64 * MIB);
         assert_eq!(s.write_buffer, 16 * MIB);
         assert_eq!(s.value_cache, 64 * MIB);
-        // two subtasks: block cache + 2 × (write buffers + value cache) stays within the budget
-        let two = s.block_cache + 2 * (2 * s.write_buffer + s.value_cache);
-        assert!(two <= 256 * MIB, "{two}");
+        // two subtasks with one state each: block cache + 2 × (write buffers + value cache)
+        let two = s.block_cache + 2 * (2 * write_buffer(&s, 2) + s.value_cache);
+        assert_eq!(two, 256 * MIB);
+    }
+
+    #[test]
+    fn write_buffers_shrink_as_stores_open_and_stay_within_their_share() {
+        let s = split(256 * MIB);
+        assert_eq!(write_buffer(&s, 0), 16 * MIB);
+        assert_eq!(write_buffer(&s, 1), 16 * MIB);
+        assert_eq!(write_buffer(&s, 2), 16 * MIB);
+        assert_eq!(write_buffer(&s, 4), 8 * MIB);
+        for n in 1..=32 {
+            assert!(n * 2 * write_buffer(&s, n) <= s.write_buffers_total, "{n}");
+        }
+        // the floor: 1 MiB
+        assert_eq!(write_buffer(&s, 1000), MIB);
     }
 
     #[test]
     fn tiny_and_huge_budgets_are_clamped() {
         assert_eq!(split(0).write_buffer, MIB);
+        assert_eq!(write_buffer(&split(0), 1), MIB);
         assert_eq!(split(0).value_cache, 64 << 10);
         assert_eq!(split(64 << 30).write_buffer, 64 * MIB);
+        assert_eq!(write_buffer(&split(64 << 30), 1), 64 * MIB);
     }
 }

@@ -9,7 +9,9 @@
 //! - `store.rs`: the store, the runtime's [`KeyedStore`](sluice_runtime::state::KeyedStore) over one
 //!   RocksDB instance (reads, batched writes without a write-ahead log, ordered scans, metrics);
 //! - `budget.rs`: how the budget is split between the block cache, write buffers and the
-//!   decoded-value caches, one pure function.
+//!   decoded-value caches, pure functions;
+//! - `write_buffers.rs`: the write buffers all stores share, each store re-sizing its own as
+//!   stores open and close.
 //!
 //! What a job gets: its keyed state (the per-key state of `process_keyed` functions, keyed
 //! co-process and keyed broadcast functions, the buffers of interval joins) lives in RocksDB,
@@ -33,6 +35,7 @@
 mod backend;
 mod budget;
 mod store;
+mod write_buffers;
 
 pub use backend::{Compaction, DEFAULT_MEMORY_BUDGET, DEFAULT_READ_THREADS, RocksDbStateBackend};
 

@@ -2,12 +2,13 @@
 //! operator subtask. Writes skip the write-ahead log (checkpoints make state durable, as in
 //! Flink); dropping the store closes the instance and removes its directory.
 
+use crate::write_buffers::WriteBufferShare;
 use rocksdb::checkpoint::Checkpoint;
 use rocksdb::{DB, Options, ReadOptions, WriteBatch, WriteOptions};
 use sluice_core::CheckpointId;
 use sluice_runtime::state::{
-    KeyedStore, SharedFile, StoreError, StoreFiles, StoreHandle, StoreStats, StoreWrite,
-    UploadAhead,
+    KeyedStore, SharedFile, StoreError, StoreFiles, StoreHandle, StoreScope, StoreStats,
+    StoreWrite, UploadAhead,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -34,6 +35,8 @@ pub(crate) struct RocksDbStore {
     key_groups: Range<usize>,
     /// With incremental checkpoints: where its checkpoints go and what it uploaded.
     incremental: Option<Incremental>,
+    /// Its share of the backend's write buffers.
+    buffers: WriteBufferShare,
 }
 
 /// What an incremental store knows of its checkpoints.
@@ -74,23 +77,24 @@ impl RocksDbStore {
         db: DB,
         options: Options,
         dir: PathBuf,
-        operator: String,
-        key_groups: Range<usize>,
+        scope: &StoreScope,
         incremental: Option<Incremental>,
         readers: Option<Arc<rayon::ThreadPool>>,
+        buffers: WriteBufferShare,
     ) -> Self {
         let mut write = WriteOptions::default();
         write.disable_wal(true);
         RocksDbStore {
             db: Some(Arc::new(db)),
             dir,
-            operator,
+            operator: scope.describe(),
             write,
             options,
             reads: AtomicU64::new(0),
             readers,
-            key_groups,
+            key_groups: scope.key_groups(),
             incremental,
+            buffers,
         }
     }
 
@@ -325,6 +329,12 @@ impl KeyedStore for RocksDbStore {
     }
 
     fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
+        if let Some(bytes) = self.buffers.changed() {
+            // A store opened or closed: this store's memtables take their new share.
+            self.db()?
+                .set_options(&[("write_buffer_size", &bytes.to_string())])
+                .map_err(|e| self.io("re-size its write buffers", e.to_string()))?;
+        }
         let mut b = WriteBatch::default();
         for (k, v) in batch {
             match v {
@@ -642,6 +652,63 @@ mod tests {
             assert!(!u.path.exists(), "{u:?}'s link went once uploaded");
         }
         names
+    }
+
+    /// Writes about `mib` MiB of fresh keys (from `from`) in batches of 64 KiB.
+    fn fill(store: &RocksDbStore, from: u32, mib: u32) {
+        let per_batch = 512u32;
+        for b in 0..mib * 16 {
+            let batch = (0..per_batch)
+                .map(|i| {
+                    let k = from + b * per_batch + i;
+                    (
+                        [&[0u8, 0][..], &k.to_be_bytes()].concat(),
+                        Some(vec![7; 120]),
+                    )
+                })
+                .collect();
+            store.write(batch).unwrap();
+        }
+    }
+
+    #[test]
+    fn stores_share_the_write_buffer_budget_as_they_open_and_close() {
+        const MIB: u64 = 1 << 20;
+        let dir = tempfile::tempdir().unwrap();
+        // 256 MiB: write buffers get 64 MiB in all, at most two of 16 MiB per store.
+        let backend = RocksDbStateBackend::new(dir.path()).memory_budget(256 << 20);
+        let stores: Vec<RocksDbStore> = (0..8)
+            .map(|i| {
+                let scope = StoreScope {
+                    node: NodeId(1),
+                    operator_name: "buffers".into(),
+                    subtask: i,
+                    attempt: 0,
+                    max_parallelism: 8,
+                    parallelism: 8,
+                };
+                let fresh = backend.fresh_dir(&scope).unwrap();
+                backend.open_dir(&scope, fresh).unwrap()
+            })
+            .collect();
+        // Eight stores: two write buffers of 4 MiB each. 10 MiB written into each store
+        // flushes along the way, so no memtable holds much more than its 4 MiB.
+        for (i, store) in stores.iter().enumerate() {
+            fill(store, i as u32 * 1_000_000, 10);
+            let active = store.int_property("rocksdb.cur-size-active-mem-table");
+            assert!(
+                active <= 6 * MIB,
+                "store {i}: {active} bytes in its memtable"
+            );
+        }
+        let mut stores = stores;
+        let first = stores.remove(0);
+        drop(stores);
+        // Alone again: its write buffers grow back to 16 MiB, so 10 MiB stay in one memtable.
+        first.db().unwrap().flush().unwrap();
+        fill(&first, 50_000_000, 10);
+        let active = first.int_property("rocksdb.cur-size-active-mem-table");
+        assert!(active > 8 * MIB, "alone: {active} bytes in its memtable");
     }
 
     #[test]

@@ -30,7 +30,8 @@
 //! - operators: [`Operator`], [`Collector`] (records, event times, watermarks out),
 //!   [`OperatorContext`] (subtask, parallelism, metrics, coordinator events), and
 //!   [`OperatorState`] with the typed views [`state::ValueState`], [`state::MapState`],
-//!   [`state::KeyedListState`] (keyed, in the job's keyed store when it has one) and
+//!   [`state::KeyedListState`] (keyed, in the job's keyed store when it has one, sharing its
+//!   backend's [`state::ValueCaches`]) and
 //!   [`state::ListState`] (operator state), snapshotted and restored by key group at any
 //!   parallelism;
 //! - keyed logic with timers: [`process::KeyedProcessFunction`], its [`process::Context`] and

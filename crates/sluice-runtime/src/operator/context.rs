@@ -31,8 +31,8 @@ impl crate::metrics::MetricSource for StoreMetrics {
     }
 }
 
-/// A subtask's keyed store and the bytes each state may cache in front of it.
-pub(crate) type StoreAndCache = (Arc<dyn KeyedStore>, usize);
+/// A subtask's keyed store and the value caches its states share.
+pub(crate) type StoreAndCache = (Arc<dyn KeyedStore>, crate::state::ValueCaches);
 
 /// Where an operator instance runs: its operator, subtask, parallelism and attempt.
 ///
@@ -156,7 +156,7 @@ impl OperatorContext {
         };
         let mut slot = sluice_core::sync::lock(&self.inner.store);
         if let Some(store) = slot.as_ref() {
-            return Ok(Some((store.clone(), backend.cache_bytes())));
+            return Ok(Some((store.clone(), backend.value_caches())));
         }
         let i = &self.inner;
         let scope = StoreScope {
@@ -195,7 +195,7 @@ impl OperatorContext {
             "keyed_store",
             Arc::new(StoreMetrics(Arc::downgrade(&store))),
         );
-        Ok(Some((store, backend.cache_bytes())))
+        Ok(Some((store, backend.value_caches())))
     }
 
     /// Puts `state` (a [`ValueState`](crate::state::ValueState), `MapState` or `KeyedListState`)
@@ -204,8 +204,8 @@ impl OperatorContext {
     /// on the heap it does nothing. Keyed operators call it in `open`, after `initialize_state`
     /// restored what they had; each state shares the store's memory budget.
     pub fn attach_keyed_state<S: AttachKeyedState>(&self, state: &mut S) -> Result<(), StateError> {
-        if let Some((store, cache_bytes)) = self.keyed_store()? {
-            state.attach_to(store, self.max_parallelism(), cache_bytes, &self.describe())?;
+        if let Some((store, caches)) = self.keyed_store()? {
+            state.attach_to(store, self.max_parallelism(), caches, &self.describe())?;
         }
         Ok(())
     }

@@ -17,7 +17,7 @@
 //! [key group: u16 BE][state id: u32 BE][the key, encoded with sluice_core::codec]
 //! ```
 
-use super::StoreHandle;
+use super::{StoreHandle, ValueCaches};
 use serde::{Deserialize, Serialize};
 use sluice_core::{AttemptNumber, CheckpointId, NodeId, SubtaskIndex};
 use std::collections::BTreeMap;
@@ -256,8 +256,9 @@ pub trait KeyedStateBackend: Send + Sync + fmt::Debug {
     /// A fresh, empty store for `scope`.
     fn open(&self, scope: &StoreScope) -> Result<Arc<dyn KeyedStore>, StoreError>;
 
-    /// Bytes of decoded values each keyed state may cache in front of the store.
-    fn cache_bytes(&self) -> usize;
+    /// The bytes of decoded values that the keyed states in front of this backend's stores
+    /// may cache, shared among them (see [`ValueCaches`]).
+    fn value_caches(&self) -> ValueCaches;
 
     /// A store for `scope` holding what `from` (files of stores at a checkpoint, possibly of
     /// other key groups) hold of the scope's key groups, and nothing else. The default opens an
@@ -392,13 +393,15 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 /// ```
 #[derive(Debug)]
 pub struct MemoryStateBackend {
-    cache_bytes: usize,
+    caches: ValueCaches,
 }
 
 impl MemoryStateBackend {
     /// Stores in memory, with `cache_bytes` of decoded values cached per state.
     pub fn new(cache_bytes: usize) -> Self {
-        MemoryStateBackend { cache_bytes }
+        MemoryStateBackend {
+            caches: ValueCaches::per_state(cache_bytes),
+        }
     }
 }
 
@@ -411,8 +414,8 @@ impl KeyedStateBackend for MemoryStateBackend {
         Ok(Arc::new(MemoryStore::default()))
     }
 
-    fn cache_bytes(&self) -> usize {
-        self.cache_bytes
+    fn value_caches(&self) -> ValueCaches {
+        self.caches.clone()
     }
 }
 
@@ -495,8 +498,8 @@ impl KeyedStateBackend for Arc<CountingBackend> {
         Ok(store)
     }
 
-    fn cache_bytes(&self) -> usize {
-        1 << 20
+    fn value_caches(&self) -> ValueCaches {
+        ValueCaches::per_state(1 << 20)
     }
 }
 

@@ -10,6 +10,7 @@
 //! with the other.
 
 use super::backend::{KeyedStore, StoreError, StoreWrite, key_prefix, prefix_end, state_id};
+use super::value_cache::{CacheShare, ValueCaches};
 use super::{KeyGroupEntry, OperatorState, StateError};
 use crate::key_groups::key_group;
 use rustc_hash::FxHashMap;
@@ -30,6 +31,11 @@ const MIN_CACHED: usize = 16;
 const SAMPLE: usize = 64;
 /// Encoded bytes of one write to the store during a write-back.
 const WRITE_BATCH_BYTES: usize = 1 << 20;
+
+/// Entries a cache of `bytes` holds at `per_entry` bytes each.
+fn capacity(bytes: usize, per_entry: usize) -> usize {
+    (bytes / per_entry.max(1)).max(MIN_CACHED)
+}
 
 /// One value per key, for operators after `key_by`.
 ///
@@ -104,8 +110,10 @@ struct StoreTier<K, V> {
     cache: FxHashMap<K, Slot<V>>,
     /// Most entries the cache holds before a write-back.
     cap: usize,
-    /// The budget `cap` is derived from.
-    cache_bytes: usize,
+    /// The bytes `cap` is derived from: this state's share of the backend's value caches.
+    share: CacheShare,
+    /// Bytes an entry takes, as last measured (an estimate until the cache first fills).
+    per_entry: usize,
     /// The first store failure not yet taken by the operator.
     error: Option<StoreError>,
     /// Whether the capacity was measured yet (at the first fill).
@@ -130,6 +138,7 @@ where
     /// cache is full). Only a use after the one that loaded it marks an entry used, so that
     /// keys read once are the first to go. A hit costs one lookup.
     fn slot(&mut self, name: &str, key: K) -> &mut Slot<V> {
+        self.follow_share();
         if self.cache.len() >= self.cap
             && !self.cache.contains_key(&key)
             && let Err(e) = self.evict(name)
@@ -209,6 +218,7 @@ where
         if missing.is_empty() {
             return;
         }
+        self.follow_share();
         if self.cache.len() + missing.len() > self.cap
             && let Err(e) = self.evict(name)
         {
@@ -303,7 +313,16 @@ where
     /// Sizes the capacity from `n` entries measured at `bytes` encoded bytes in all.
     fn size_cap(&mut self, bytes: usize, n: usize) {
         if let Some(per_entry) = bytes.checked_div(n) {
-            self.cap = (self.cache_bytes / (per_entry + ENTRY_OVERHEAD)).max(MIN_CACHED);
+            self.per_entry = per_entry + ENTRY_OVERHEAD;
+            self.cap = capacity(self.share.bytes(), self.per_entry);
+        }
+    }
+
+    /// Re-sizes the capacity when the state's share of the value caches changed (another
+    /// state attached or went). A cache over its new capacity shrinks at its next load.
+    fn follow_share(&mut self) {
+        if self.share.changed() {
+            self.cap = capacity(self.share.bytes(), self.per_entry);
         }
     }
 
@@ -457,13 +476,13 @@ where
 
     /// Puts this state in front of `store`, which the state's operator (named `operator`, for
     /// errors) opened from the job's state backend: what the state holds so far (restored keys)
-    /// goes to the store, and from now on at most about `cache_bytes` of decoded values stay in
-    /// memory. Attaching twice is an error of the caller and keeps the first store.
+    /// goes to the store, and from now on at most about its share of `caches` (a byte count is
+    /// a fixed share) of decoded values stay in memory. Attaching twice is an error of the caller and keeps the first store.
     pub fn attach(
         &mut self,
         store: Arc<dyn KeyedStore>,
         max_parallelism: usize,
-        cache_bytes: usize,
+        caches: impl Into<ValueCaches>,
         operator: &str,
     ) -> Result<(), StateError> {
         let Tier::Heap(values) = &mut self.tier else {
@@ -495,14 +514,16 @@ where
         if !batch.is_empty() {
             store.write(batch)?;
         }
+        let share = caches.into().join();
         self.tier = Tier::Store(Box::new(StoreTier {
             store,
             id,
             max_parallelism,
             operator: operator.to_string(),
             cache: FxHashMap::default(),
-            cap: (cache_bytes / (FIRST_ENTRY_ESTIMATE + ENTRY_OVERHEAD)).max(MIN_CACHED),
-            cache_bytes,
+            cap: capacity(share.bytes(), FIRST_ENTRY_ESTIMATE + ENTRY_OVERHEAD),
+            share,
+            per_entry: FIRST_ENTRY_ESTIMATE + ENTRY_OVERHEAD,
             error: None,
             measured: false,
             stored,
@@ -939,11 +960,10 @@ where
         &mut self,
         store: Arc<dyn KeyedStore>,
         max_parallelism: usize,
-        cache_bytes: usize,
+        caches: impl Into<ValueCaches>,
         operator: &str,
     ) -> Result<(), StateError> {
-        self.inner
-            .attach(store, max_parallelism, cache_bytes, operator)
+        self.inner.attach(store, max_parallelism, caches, operator)
     }
 
     /// The first store failure since the last call; see [`ValueState::take_error`].
@@ -1000,7 +1020,7 @@ pub trait AttachKeyedState {
         &mut self,
         store: Arc<dyn KeyedStore>,
         max_parallelism: usize,
-        cache_bytes: usize,
+        caches: ValueCaches,
         operator: &str,
     ) -> Result<(), StateError>;
 }
@@ -1014,10 +1034,10 @@ where
         &mut self,
         store: Arc<dyn KeyedStore>,
         max_parallelism: usize,
-        cache_bytes: usize,
+        caches: ValueCaches,
         operator: &str,
     ) -> Result<(), StateError> {
-        self.attach(store, max_parallelism, cache_bytes, operator)
+        self.attach(store, max_parallelism, caches, operator)
     }
 }
 
@@ -1031,10 +1051,10 @@ where
         &mut self,
         store: Arc<dyn KeyedStore>,
         max_parallelism: usize,
-        cache_bytes: usize,
+        caches: ValueCaches,
         operator: &str,
     ) -> Result<(), StateError> {
-        self.attach(store, max_parallelism, cache_bytes, operator)
+        self.attach(store, max_parallelism, caches, operator)
     }
 }
 
@@ -1047,11 +1067,10 @@ where
         &mut self,
         store: Arc<dyn KeyedStore>,
         max_parallelism: usize,
-        cache_bytes: usize,
+        caches: ValueCaches,
         operator: &str,
     ) -> Result<(), StateError> {
-        self.inner
-            .attach(store, max_parallelism, cache_bytes, operator)
+        self.inner.attach(store, max_parallelism, caches, operator)
     }
 }
 
@@ -1354,8 +1373,8 @@ mod tests {
         let mut list = KeyedListState::new("l");
         let mut map = MapState::new("m");
         let store = memory_store();
-        list.attach_to(store.clone(), 16, 0, "test").unwrap();
-        map.attach_to(store, 16, 0, "test").unwrap();
+        list.attach_to(store.clone(), 16, 0.into(), "test").unwrap();
+        map.attach_to(store, 16, 0.into(), "test").unwrap();
         (list, map)
     }
 
@@ -1408,8 +1427,8 @@ mod tests {
                         l.restore_from(&snap).unwrap();
                         m.restore_from(&snap).unwrap();
                         let store = memory_store();
-                        l.attach_to(store.clone(), 16, 0, "test").unwrap();
-                        m.attach_to(store, 16, 0, "test").unwrap();
+                        l.attach_to(store.clone(), 16, 0.into(), "test").unwrap();
+                        m.attach_to(store, 16, 0.into(), "test").unwrap();
                         (list, map) = (l, m);
                     }
                 }
@@ -1576,6 +1595,58 @@ mod tests {
             0,
             "every key stayed cached"
         );
+    }
+
+    #[test]
+    fn states_sharing_value_caches_shrink_as_others_attach_and_grow_back() {
+        use std::sync::atomic::Ordering::Relaxed;
+        fn cached(st: &ValueState<u32, u32>) -> usize {
+            match &st.tier {
+                Tier::Store(t) => t.cache.len(),
+                Tier::Heap(_) => panic!("attached"),
+            }
+        }
+        // 64 KiB for all states, as much for one alone: about 1,000 entries of this size.
+        let caches = ValueCaches::shared(64 << 10, 64 << 10);
+        let store = instrumented();
+        let mut a: ValueState<u32, u32> = ValueState::new("a");
+        a.attach(store.clone(), 16, caches.clone(), "test").unwrap();
+        for k in 0..1_000 {
+            a.update(k, k);
+        }
+        assert_eq!(cached(&a), 1_000, "alone, the state keeps every key");
+
+        // A second state attaches: the first's share halves, and it shrinks at its next load.
+        let mut b: ValueState<u32, u32> = ValueState::new("b");
+        b.attach(store.clone(), 16, caches.clone(), "test").unwrap();
+        assert_eq!(caches.states(), 2);
+        a.update(1_000, 1_000);
+        assert!(
+            cached(&a) <= 600,
+            "{} entries in half the budget",
+            cached(&a)
+        );
+        store.gets.store(0, Relaxed);
+        for k in 0..=1_000 {
+            assert_eq!(a.get(&k), Some(&k));
+        }
+        assert!(
+            store.gets.load(Relaxed) > 0,
+            "the keys it dropped are read back"
+        );
+
+        // The second goes: the first may hold everything again.
+        drop(b);
+        assert_eq!(caches.states(), 1);
+        for k in 0..=1_000 {
+            a.get(&k);
+        }
+        store.gets.store(0, Relaxed);
+        for k in 0..=1_000 {
+            assert_eq!(a.get(&k), Some(&k));
+        }
+        assert_eq!(store.gets.load(Relaxed), 0, "every key is cached again");
+        assert!(a.take_error().is_none());
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! [`ValueState`], [`MapState`], [`KeyedListState`] (keyed) and [`ListState`] (operator state)
 //! are typed views that write and read these. Keyed state lives on the heap unless the job sets
 //! a [`StateBackend`] with a store (`backend.rs`: the [`KeyedStore`] and [`KeyedStateBackend`]
-//! traits), in which case the keyed views cache decoded values in front of it.
+//! traits), in which case the keyed views cache decoded values in front of it, sharing the
+//! backend's [`ValueCaches`] (`value_cache.rs`).
 
 pub(crate) mod ahead;
 mod backend;
@@ -23,6 +24,7 @@ mod deferred;
 mod keyed;
 mod list;
 mod redistribute;
+mod value_cache;
 
 #[cfg(test)]
 pub(crate) use backend::{CountingBackend, CountingStore};
@@ -36,6 +38,7 @@ pub(crate) use deferred::Part;
 pub use keyed::{AttachKeyedState, KeyedListState, MapState, ValueState};
 pub use list::ListState;
 pub(crate) use redistribute::redistribute;
+pub use value_cache::ValueCaches;
 
 use crate::storage::StateFileHandle;
 use serde::{Deserialize, Serialize};
