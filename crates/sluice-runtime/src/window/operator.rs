@@ -430,6 +430,45 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         Ok(())
     }
 
+    /// Session windows in a store: reads the sessions of the batch's keys in one go, then, in
+    /// another, the contents of the sessions the records touch and of those they land in, so
+    /// that adding finds both cached. (What the batch itself creates or merges is cached by
+    /// then.)
+    fn prefetch_sessions(&mut self, batch: &[In], times: &RecordTimes<'_>) -> Result<(), UserError>
+    where
+        KF: Fn(&In) -> K,
+    {
+        let keys: Vec<K> = batch.iter().map(&self.key_fn).collect();
+        self.sessions.prefetch(&keys);
+        let mut at = Vec::new();
+        let mut assigned = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            assigned.clear();
+            self.spec.assigner.assign(times.at(i)?, &mut assigned);
+            let Some(&w) = assigned.first() else {
+                continue;
+            };
+            // The sessions the record touches, and the one it lands in: its own window, the
+            // session holding it, or the cover of those it merges (as `add_to_session`).
+            let mut actual = w;
+            if let Some(ws) = self.sessions.get(key) {
+                for &x in ws.iter().filter(|x| x.intersects(&w)) {
+                    actual = actual.cover(&x);
+                    at.push(InWindow {
+                        window: x,
+                        key: key.clone(),
+                    });
+                }
+            }
+            at.push(InWindow {
+                window: actual,
+                key: key.clone(),
+            });
+        }
+        self.windows.prefetch(&at);
+        Ok(())
+    }
+
     /// Resolves the panes of `windows` (creating the missing ones) into `targets`. In processing
     /// time a new pane gets its timer, registered under `key`.
     fn resolve_panes(&mut self, windows: &[TimeWindow], key: &K) -> Result<(), UserError> {
@@ -880,6 +919,9 @@ where
             (_, false) => RecordTimes::Now(self.timers.current_processing_time()),
         };
         if self.spec.assigner.is_merging() {
+            if self.sessions.is_attached() {
+                self.prefetch_sessions(&batch, &times)?;
+            }
             for (i, record) in batch.into_iter().enumerate() {
                 let time = times.at(i)?;
                 let key = (self.key_fn)(&record);

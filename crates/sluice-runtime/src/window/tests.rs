@@ -775,6 +775,49 @@ fn a_batch_reads_its_windows_from_a_store_in_one_read() {
     );
 }
 
+#[test]
+fn a_batch_of_session_records_reads_its_sessions_and_their_contents_in_two_reads() {
+    fn feed(op: &mut TestOperator, at: i64) {
+        let records: Vec<Rec> = (0..64).map(|k| (k, 1)).collect();
+        let mut c = Collector::new();
+        c.set_input_timestamps(Some(vec![at; records.len()]));
+        op.process_batch(records, &mut c).unwrap();
+    }
+    let sessions = EventTimeSessionWindows::with_gap(Duration::from_millis(10));
+    let mut first = operator(sessions, 0);
+    first
+        .open(&OperatorContext::for_test("window", 0, 1))
+        .unwrap();
+    feed(&mut first, 7);
+    let state = first
+        .snapshot_state(sluice_core::CheckpointId(1), &mut Collector::new())
+        .unwrap();
+    // Restored into a store: 64 keys' sessions and contents there, none cached.
+    let backend = std::sync::Arc::new(crate::state::CountingBackend::default());
+    let ctx = OperatorContext::for_test("window", 0, 1).with_state_backend(backend.clone());
+    let mut second = operator(sessions, 0);
+    second.initialize_state(state).unwrap();
+    second.open(&ctx).unwrap();
+    let before = backend.reads();
+    // Each record extends its key's session: one read for the 64 sessions, one for the 64
+    // sessions' contents.
+    feed(&mut second, 9);
+    let after = backend.reads();
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (0, 2),
+        "(single reads, reads of many keys)"
+    );
+    let steps = run_operator_on(&mut second, &[Ev::Wm(100)]);
+    let mut fired: Vec<Out> = steps[0].0.clone();
+    fired.sort();
+    assert_eq!(fired.len(), 64);
+    assert!(
+        fired.iter().all(|o| o.3 == 2),
+        "each session holds both records: {fired:?}"
+    );
+}
+
 fn run_in_store(mut op: TestOperator, events: &[Ev]) -> Vec<(Vec<Out>, Vec<Rec>)> {
     op.open(&store_context(0, 1)).unwrap();
     run_operator_on(&mut op, events)

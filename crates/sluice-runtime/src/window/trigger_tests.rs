@@ -707,3 +707,45 @@ fn session_trigger_state_restores_with_its_timers() {
     assert!(op.windows.is_empty() && op.sessions.is_empty());
     assert!(op.trigger_state.is_empty() && op.timers.is_empty());
 }
+
+/// With the windows in a store, a batch reads what its records look up with one read of many
+/// keys per state: the contents and the trigger's state (a count trigger keeps one) of the
+/// windows they add to, and for sessions the keys' sessions first.
+#[test]
+fn a_batch_reads_its_windows_and_trigger_state_from_a_store_in_one_read_per_state() {
+    use crate::state::CountingBackend;
+    use std::sync::Arc;
+    let recs = |t: i64| (0..64).map(|k| (k, t)).collect::<Vec<Rec>>();
+    for (assigner, at, start, reads) in [(tumbling(100), 8, 0, 2), (sessions(10), 9, 7, 3)] {
+        let mut first = Drive::new(plain(assigner, 0, CountTrigger::of(2)));
+        assert!(first.at(&recs(7)).unwrap().is_empty());
+        let state = first
+            .op
+            .snapshot_state(sluice_core::CheckpointId(1), &mut first.c)
+            .unwrap();
+        // Restored into a store: every key's window (and session) there, none cached.
+        let backend = Arc::new(CountingBackend::default());
+        let mut op = plain(assigner, 0, CountTrigger::of(2));
+        op.initialize_state(state).unwrap();
+        op.open(&OperatorContext::for_test("window", 0, 1).with_state_backend(backend.clone()))
+            .unwrap();
+        let mut second = Drive {
+            op,
+            c: Collector::new(),
+        };
+        let before = backend.reads();
+        let mut fired = second.at(&recs(at)).unwrap();
+        let after = backend.reads();
+        assert_eq!(
+            (after.0 - before.0, after.1 - before.1),
+            (0, reads),
+            "(single reads, reads of many keys) with {assigner:?}"
+        );
+        fired.sort();
+        let want: Vec<Out> = (0..64).map(|k| (k, start, vec![7, at])).collect();
+        assert_eq!(
+            fired, want,
+            "the second record of each key fires its window"
+        );
+    }
+}

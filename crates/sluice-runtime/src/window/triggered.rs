@@ -476,6 +476,57 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
         Ok(())
     }
 
+    /// With the windows in a store: reads what the records of `batch` will look up, one read
+    /// of many keys per state: the sessions of their keys (session windows), then the contents
+    /// and, when the trigger keeps state, the trigger's state of the windows they add to (for
+    /// sessions, those they touch and the one they land in, as `add_to_session` finds them).
+    fn prefetch(
+        &mut self,
+        batch: &[In],
+        timestamps: Option<&[i64]>,
+        now: i64,
+    ) -> Result<(), UserError>
+    where
+        KF: Fn(&In) -> K,
+    {
+        let (event_time, merging) = (self.event_time(), self.merging());
+        let keys: Vec<K> = batch.iter().map(&self.key_fn).collect();
+        if merging {
+            self.sessions.prefetch(&keys);
+        }
+        let mut at = Vec::new();
+        let mut windows = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let (time, _) = record_time(event_time, timestamps, i, now)?;
+            windows.clear();
+            self.spec.assigner.assign(time, &mut windows);
+            if merging {
+                let Some(&w) = windows.first() else {
+                    continue;
+                };
+                let mut actual = w;
+                if let Some(ws) = self.sessions.get(key) {
+                    for &x in ws.iter().filter(|x| x.intersects(&w)) {
+                        actual = actual.cover(&x);
+                        at.push(KeyWindow::of(key, x));
+                    }
+                }
+                at.push(KeyWindow::of(key, actual));
+            } else {
+                for &w in &windows {
+                    if !self.is_window_late(&w) {
+                        at.push(KeyWindow::of(key, w));
+                    }
+                }
+            }
+        }
+        self.windows.prefetch(&at);
+        if self.trigger_uses_state {
+            self.trigger_state.prefetch(&at);
+        }
+        Ok(())
+    }
+
     /// A record of a non-merging assigner.
     fn add_to_windows(
         &mut self,
@@ -686,6 +737,24 @@ impl<In: Data, K: StateKey, KF, S: WindowStore<K, In>> TimedOperator<K, TimeWind
     }
 }
 
+/// The time a record of a batch is assigned at (its timestamp in event time, `now` in
+/// processing time) and its timestamp.
+fn record_time(
+    event_time: bool,
+    timestamps: Option<&[i64]>,
+    i: usize,
+    now: i64,
+) -> Result<(i64, Option<i64>), UserError> {
+    let timestamp = timestamps
+        .and_then(|ts| ts.get(i).copied())
+        .filter(|&t| t != NO_TIMESTAMP);
+    match (event_time, timestamp) {
+        (true, Some(t)) => Ok((t, timestamp)),
+        (true, None) => Err(no_timestamp()),
+        (false, _) => Ok((now, timestamp)),
+    }
+}
+
 impl<In, K, KF, S> Operator<In> for TriggerWindowOperator<In, K, KF, S>
 where
     In: Data,
@@ -716,16 +785,11 @@ where
         let event_time = self.event_time();
         let merging = self.merging();
         let now = self.timers.current_processing_time();
+        if self.windows.is_attached() {
+            self.prefetch(&batch, timestamps.as_deref(), now)?;
+        }
         for (i, record) in batch.into_iter().enumerate() {
-            let timestamp = timestamps
-                .as_ref()
-                .and_then(|ts| ts.get(i).copied())
-                .filter(|&t| t != NO_TIMESTAMP);
-            let time = match (event_time, timestamp) {
-                (true, Some(t)) => t,
-                (true, None) => return Err(no_timestamp()),
-                (false, _) => now,
-            };
+            let (time, timestamp) = record_time(event_time, timestamps.as_deref(), i, now)?;
             let key = (self.key_fn)(&record);
             if merging {
                 self.add_to_session(key, record, time, timestamp, now, out)?;
