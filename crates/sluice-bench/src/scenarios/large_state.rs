@@ -9,8 +9,9 @@
 //!   and end in a checkpoint: the bytes each wrote against the whole state (goal ≤ 5 %), and
 //!   their mean duration at twice the state with the same change (goal ≤ 1.2×); and the time a
 //!   new process takes to restore the state from the local checkpoint directory; universal
-//!   compaction (the backend's default), and `large-leveled` the large case again with leveled
-//!   compaction beside it;
+//!   compaction (the backend's default), `large-leveled` the large case again with leveled
+//!   compaction beside it, and `large-p4` at parallelism 4 (four stores and four states share
+//!   the budget: its peak RSS against the budget);
 //! - `large-s3` (with `--s3-endpoint` or `SLUICE_S3_ENDPOINT`, which `source .ci/s3` sets): the
 //!   large case with its checkpoints in a bucket of that S3-compatible store, for the restore
 //!   time from object storage beside the local one;
@@ -610,11 +611,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     // twice the state, so that the doubling measures what the size of the state adds.
     let updates = (large_keys / 100).max(1);
     let mut large = Vec::new();
-    // The last case is the first with leveled compaction, beside the default universal.
-    for (name, keys, compaction) in [
-        ("large", large_keys, "universal"),
-        ("large-x2", 2 * large_keys, "universal"),
-        ("large-leveled", large_keys, "leveled"),
+    // `large-leveled` is the first with leveled compaction, beside the default universal;
+    // `large-p4` the large case at parallelism 4: four stores and four states share the budget.
+    for (name, keys, compaction, parallelism) in [
+        ("large", large_keys, "universal", 1),
+        ("large-x2", 2 * large_keys, "universal", 1),
+        ("large-leveled", large_keys, "leveled", 1),
+        ("large-p4", large_keys, "universal", 4),
     ] {
         let mut a = case_args(
             "rocksdb",
@@ -630,13 +633,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             compaction.into(),
             "--intervals".into(),
             INTERVALS.to_string(),
+            "--parallelism".into(),
+            parallelism.to_string(),
         ]);
         let p = run_probe(&a)?;
         let shares = p.shares();
         let uploads = p.upload_shares();
         rows.push(serde_json::json!({
             "scenario": "large-state", "case": name, "keys": keys, "budget_mib": large_budget,
-            "compaction": compaction,
+            "compaction": compaction, "parallelism": parallelism,
             "updates_per_interval": updates,
             "state_mib": p.state_bytes as f64 / MIB as f64,
             "load_per_s": p.load_per_s, "update_per_s": p.update_per_s,
