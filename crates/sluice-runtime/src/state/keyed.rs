@@ -477,7 +477,8 @@ where
     /// Puts this state in front of `store`, which the state's operator (named `operator`, for
     /// errors) opened from the job's state backend: what the state holds so far (restored keys)
     /// goes to the store, and from now on at most about its share of `caches` (a byte count is
-    /// a fixed share) of decoded values stay in memory. Attaching twice is an error of the caller and keeps the first store.
+    /// a fixed share) of decoded values stay in memory. Attaching twice is an error of the
+    /// caller and keeps the first store.
     pub fn attach(
         &mut self,
         store: Arc<dyn KeyedStore>,
