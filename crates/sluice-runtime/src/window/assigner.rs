@@ -55,6 +55,23 @@ impl TimeWindow {
     }
 }
 
+/// What a record whose own session window is `w` looks up among its key's `sessions`: the
+/// sessions it touches, then the one it lands in (its own window, the session holding it, or
+/// the cover of those it merges), each handed to `f`. Both window operators read these ahead
+/// of a batch (Flink's `MergingWindowSet.addWindow` decides the same).
+pub(super) fn session_lookups(
+    sessions: Option<&Vec<TimeWindow>>,
+    w: TimeWindow,
+    mut f: impl FnMut(TimeWindow),
+) {
+    let mut actual = w;
+    for &x in sessions.into_iter().flatten().filter(|x| x.intersects(&w)) {
+        actual = actual.cover(&x);
+        f(x);
+    }
+    f(actual);
+}
+
 /// The start of the window of `size` (shifted by `offset`) holding `timestamp`, exactly (it may
 /// lie below `i64::MIN`).
 #[inline]
@@ -362,6 +379,27 @@ impl ProcessingTimeSessionWindows {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_record_looks_up_what_it_touches_then_where_it_lands() {
+        let w = |s, e| TimeWindow::new(s, e);
+        let lookups = |sessions: Option<&Vec<TimeWindow>>, own| {
+            let mut seen = Vec::new();
+            session_lookups(sessions, own, |x| seen.push(x));
+            seen
+        };
+        // no session yet: its own window
+        assert_eq!(lookups(None, w(5, 15)), vec![w(5, 15)]);
+        // inside a session: that session, twice (touched, and where it lands)
+        let one = vec![w(0, 20)];
+        assert_eq!(lookups(Some(&one), w(5, 15)), vec![w(0, 20), w(0, 20)]);
+        // between two sessions it touches: both, then their cover
+        let two = vec![w(0, 10), w(15, 25), w(40, 50)];
+        assert_eq!(
+            lookups(Some(&two), w(8, 18)),
+            vec![w(0, 10), w(15, 25), w(0, 25)]
+        );
+    }
 
     #[test]
     fn window_starts_match_flink_for_negative_timestamps_and_offsets() {

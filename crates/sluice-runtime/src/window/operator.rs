@@ -40,7 +40,7 @@
 //! timers live in the store, not on the heap (`stored.rs`): the panes keep only their windows,
 //! and a firing scans each pane's entries in the store. The rules above do not change.
 
-use super::assigner::{TimeWindow, WindowAssigner};
+use super::assigner::{TimeWindow, WindowAssigner, session_lookups};
 use super::function::WindowContents;
 use super::panes::Panes;
 use super::stored::{InWindow, Stored, kept, scan_window, stored_windows};
@@ -448,21 +448,11 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             let Some(&w) = assigned.first() else {
                 continue;
             };
-            // The sessions the record touches, and the one it lands in: its own window, the
-            // session holding it, or the cover of those it merges (as `add_to_session`).
-            let mut actual = w;
-            if let Some(ws) = self.sessions.get(key) {
-                for &x in ws.iter().filter(|x| x.intersects(&w)) {
-                    actual = actual.cover(&x);
-                    at.push(InWindow {
-                        window: x,
-                        key: key.clone(),
-                    });
-                }
-            }
-            at.push(InWindow {
-                window: actual,
-                key: key.clone(),
+            session_lookups(self.sessions.get(key), w, |window| {
+                at.push(InWindow {
+                    window,
+                    key: key.clone(),
+                })
             });
         }
         self.windows.prefetch(&at);

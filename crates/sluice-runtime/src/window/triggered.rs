@@ -25,7 +25,7 @@
 //! default, in the job's keyed store when it has one, with the timers (Flink keeps window and
 //! trigger state in RocksDB likewise).
 
-use super::assigner::TimeWindow;
+use super::assigner::{TimeWindow, session_lookups};
 use super::evictor::{AnyEvictor, Evictor, EvictorContext, TimestampedValue};
 use super::function::WindowContents;
 use super::operator::WindowSpec;
@@ -504,14 +504,9 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
                 let Some(&w) = windows.first() else {
                     continue;
                 };
-                let mut actual = w;
-                if let Some(ws) = self.sessions.get(key) {
-                    for &x in ws.iter().filter(|x| x.intersects(&w)) {
-                        actual = actual.cover(&x);
-                        at.push(KeyWindow::of(key, x));
-                    }
-                }
-                at.push(KeyWindow::of(key, actual));
+                session_lookups(self.sessions.get(key), w, |x| {
+                    at.push(KeyWindow::of(key, x))
+                });
             } else {
                 for &w in &windows {
                     if !self.is_window_late(&w) {
