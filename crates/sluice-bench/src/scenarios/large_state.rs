@@ -21,7 +21,8 @@
 //!   checkpoint duration, sluice against Flink (goal ≥ 5× throughput, shorter checkpoints).
 //!
 //! Every process of the scenario runs with glibc's `MALLOC_ARENA_MAX=2` (`MALLOC_ARENA_MAX`
-//! below), as the guide advises for RocksDB.
+//! below), as the guide advises for RocksDB, and sluice's probes with mimalloc's
+//! `MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=10` (`MIMALLOC`), as it advises for mimalloc.
 //!
 //! The job: a generator → `key_by` → a `KeyedProcessFunction` whose state per key is a value of
 //! `--value-bytes` bytes (100 by default). Record `i < keys` writes key `i`; later records
@@ -46,13 +47,33 @@ const MIB: u64 = 1 << 20;
 /// alike, unless `MALLOC_ARENA_MAX` is set already. RocksDB allocates its blocks with the C
 /// library's malloc from many threads; with glibc's default of up to eight arenas per core the
 /// freed blocks fragment them, and at full size that alone added about 95 MiB to the peak RSS
-/// (docs/state-backends.md, "Memory").
+/// (docs/state-backends.md, "The memory budget").
 const MALLOC_ARENA_MAX: &str = "2";
+
+/// mimalloc's settings in sluice's probes (this binary's Rust allocator), unless set already:
+/// no transparent huge pages, and freed memory returned after 10 ms (mimalloc 3's defaults
+/// back its arenas with 2 MiB pages and keep freed memory for a second). Measured on the quick
+/// case, they halved the peak RSS over the budget at parallelism 1 and 4 at the same
+/// throughput (BENCHMARKS.md, "The allocators' share").
+const MIMALLOC: [(&str, &str); 2] = [("MIMALLOC_ALLOW_THP", "0"), ("MIMALLOC_PURGE_DELAY", "10")];
 
 /// `MALLOC_ARENA_MAX` for the scenario's processes: the caller's, or [`MALLOC_ARENA_MAX`].
 fn malloc_arenas() -> String {
     std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| MALLOC_ARENA_MAX.to_string())
 }
+
+/// The allocators' settings of sluice's probes: the caller's, or the defaults above.
+fn allocator_env() -> Vec<(&'static str, String)> {
+    let mut env = vec![("MALLOC_ARENA_MAX", malloc_arenas())];
+    for (name, default) in MIMALLOC {
+        env.push((
+            name,
+            std::env::var(name).unwrap_or_else(|_| default.to_string()),
+        ));
+    }
+    env
+}
+
 /// Intervals of the large cases: enough for the larger merges to come due.
 const INTERVALS: u32 = 16;
 
@@ -510,7 +531,7 @@ fn run_probe_with(args: &[String], env: &[(&str, String)]) -> anyhow::Result<Pro
     let output = Command::new(exe)
         .arg("large-state-probe")
         .args(args)
-        .env("MALLOC_ARENA_MAX", malloc_arenas())
+        .envs(allocator_env())
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .context("starting the large-state probe")?;
@@ -567,11 +588,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     eprintln!(
         "large-state on {}: {vb}-byte values; fits: {fits_keys} keys, budget {fits_budget} MiB; \
          large: {large_keys} keys (~{} MiB), budget {large_budget} MiB; RocksDB: {} library; \
-         MALLOC_ARENA_MAX={}",
+         allocators: {}",
         machine(),
         large_keys * per_key / MIB,
         sluice_rocksdb::LIBRARY,
-        malloc_arenas(),
+        allocator_env()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
     );
     let tmp = tempfile::tempdir()?;
     let fresh = |name: &str| -> anyhow::Result<PathBuf> {
@@ -601,6 +626,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut rows = vec![serde_json::json!({
         "scenario": "large-state", "case": "fits", "keys": fits_keys, "budget_mib": fits_budget,
         "rocksdb_library": sluice_rocksdb::LIBRARY, "malloc_arena_max": malloc_arenas(),
+        "allocator_env": allocator_env().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         "heap_load_per_s": heap.load_per_s, "rocksdb_load_per_s": rocks.load_per_s,
         "load_ratio": rocks.load_per_s / heap.load_per_s,
         "heap_update_per_s": heap.update_per_s, "rocksdb_update_per_s": rocks.update_per_s,
