@@ -268,76 +268,6 @@ impl fmt::Debug for RocksDbStore {
     }
 }
 
-impl RocksDbStore {
-    /// Turns RocksDB's automatic merges on or off (a mutable option).
-    fn set_merges(&self, on: bool) -> Result<(), StoreError> {
-        let value = if on { "false" } else { "true" };
-        self.db()?
-            .set_options(&[("disable_auto_compactions", value)])
-            .map_err(|e| {
-                let action = if on {
-                    "resume its merges"
-                } else {
-                    "hold its merges back"
-                };
-                self.io(action, e.to_string())
-            })
-    }
-
-    /// [`KeyedStore::snapshot_files`] of an incremental store.
-    fn snapshot_files_of(
-        &self,
-        inc: &Incremental,
-        checkpoint: CheckpointId,
-    ) -> Result<Option<StoreHandle>, StoreError> {
-        // Held until the checkpoint's files are recorded as pending, so that no file it takes
-        // can be found an orphan in between (see `take_orphans`).
-        let ahead = sluice_core::sync::lock(&inc.ahead);
-        let dir = inc.staging.join(format!("{}-chk{}", inc.uid, checkpoint.0));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| self.io("checkpoint", format!("clearing {}: {e}", dir.display())))?;
-        }
-        let Some(files) = self.checkpoint_files(&dir)? else {
-            return Ok(None);
-        };
-        let confirmed = sluice_core::sync::lock(&inc.confirmed);
-        let (mut shared, mut private, mut named) = (Vec::new(), Vec::new(), Vec::new());
-        for (name, length) in files.files {
-            if name.ends_with(".sst") {
-                let known = confirmed.get(&name).or_else(|| ahead.done.get(&name));
-                let key = known
-                    .cloned()
-                    .unwrap_or_else(|| format!("{}-{name}", inc.uid));
-                named.push((name.clone(), key.clone()));
-                shared.push(SharedFile {
-                    name,
-                    key,
-                    length,
-                    uploaded: known.is_some(),
-                });
-            } else {
-                let path = dir.join(&name);
-                let bytes = std::fs::read(&path).map_err(|e| {
-                    self.io("checkpoint", format!("reading {}: {e}", path.display()))
-                })?;
-                private.push((name, bytes));
-            }
-        }
-        drop(confirmed);
-        sluice_core::sync::lock(&inc.pending).insert(checkpoint, named);
-        drop(ahead);
-        Ok(Some(StoreHandle {
-            backend: "rocksdb".into(),
-            key_groups: self.key_groups.clone(),
-            shared,
-            private,
-            local: Some(dir),
-            fetched: false,
-        }))
-    }
-}
-
 impl KeyedStore for RocksDbStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.reads.fetch_add(1, Ordering::Relaxed);
@@ -476,27 +406,55 @@ impl KeyedStore for RocksDbStore {
         self.incremental.is_some()
     }
 
-    /// Holds RocksDB's merges back (no new ones start) until `snapshot_files` has taken the
-    /// checkpoint's file list: the write-back that follows fills memtables whose flushes bring
-    /// the sorted runs to the merge trigger, and a merge that finished before the list was
-    /// taken went whole into the checkpoint's own upload (7.35 % of the state in one interval
-    /// of the large-state benchmark). Held back, its output appears after the list and goes
-    /// with the uploads ahead.
-    fn prepare_snapshot(&self) -> Result<(), StoreError> {
-        if self.incremental.is_none() {
-            return Ok(());
-        }
-        self.set_merges(false)
-    }
-
     fn snapshot_files(&self, checkpoint: CheckpointId) -> Result<Option<StoreHandle>, StoreError> {
         let Some(inc) = &self.incremental else {
             return Ok(None);
         };
-        let handle = self.snapshot_files_of(inc, checkpoint);
-        // Merges go on whether or not the snapshot succeeded.
-        self.set_merges(true)?;
-        handle
+        // Held until the checkpoint's files are recorded as pending, so that no file it takes
+        // can be found an orphan in between (see `take_orphans`).
+        let ahead = sluice_core::sync::lock(&inc.ahead);
+        let dir = inc.staging.join(format!("{}-chk{}", inc.uid, checkpoint.0));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| self.io("checkpoint", format!("clearing {}: {e}", dir.display())))?;
+        }
+        let Some(files) = self.checkpoint_files(&dir)? else {
+            return Ok(None);
+        };
+        let confirmed = sluice_core::sync::lock(&inc.confirmed);
+        let (mut shared, mut private, mut named) = (Vec::new(), Vec::new(), Vec::new());
+        for (name, length) in files.files {
+            if name.ends_with(".sst") {
+                let known = confirmed.get(&name).or_else(|| ahead.done.get(&name));
+                let key = known
+                    .cloned()
+                    .unwrap_or_else(|| format!("{}-{name}", inc.uid));
+                named.push((name.clone(), key.clone()));
+                shared.push(SharedFile {
+                    name,
+                    key,
+                    length,
+                    uploaded: known.is_some(),
+                });
+            } else {
+                let path = dir.join(&name);
+                let bytes = std::fs::read(&path).map_err(|e| {
+                    self.io("checkpoint", format!("reading {}: {e}", path.display()))
+                })?;
+                private.push((name, bytes));
+            }
+        }
+        drop(confirmed);
+        sluice_core::sync::lock(&inc.pending).insert(checkpoint, named);
+        drop(ahead);
+        Ok(Some(StoreHandle {
+            backend: "rocksdb".into(),
+            key_groups: self.key_groups.clone(),
+            shared,
+            private,
+            local: Some(dir),
+            fetched: false,
+        }))
     }
 
     fn checkpoint_complete(&self, checkpoint: CheckpointId) {
@@ -751,40 +709,6 @@ mod tests {
         fill(&first, 50_000_000, 10);
         let active = first.int_property("rocksdb.cur-size-active-mem-table");
         assert!(active > 8 * MIB, "alone: {active} bytes in its memtable");
-    }
-
-    /// Whether the store's latest options (RocksDB's newest `OPTIONS-<n>` file) turn its
-    /// automatic merges off.
-    fn merges_held(store: &RocksDbStore) -> bool {
-        let newest = std::fs::read_dir(&store.dir)
-            .unwrap()
-            .filter_map(|e| {
-                let name = e.unwrap().file_name().into_string().unwrap();
-                let n: u64 = name.strip_prefix("OPTIONS-")?.parse().ok()?;
-                Some((n, name))
-            })
-            .max()
-            .unwrap();
-        let text = std::fs::read_to_string(store.dir.join(newest.1)).unwrap();
-        text.contains("disable_auto_compactions=true")
-    }
-
-    #[test]
-    fn merges_are_held_back_from_a_snapshots_start_until_its_files_are_listed() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = incremental_store(dir.path());
-        flushed(&store, 0, 100);
-        assert!(!merges_held(&store));
-        store.prepare_snapshot().unwrap();
-        assert!(merges_held(&store), "held from the snapshot's start");
-        // The write-back's flushes do not start merges now; the snapshot lists its files.
-        flushed(&store, 100, 100);
-        let handle = store.snapshot_files(CheckpointId(1)).unwrap().unwrap();
-        assert_eq!(handle.shared.len(), 2, "{handle:?}");
-        assert!(
-            !merges_held(&store),
-            "merges go on once the files are listed"
-        );
     }
 
     #[test]

@@ -254,16 +254,6 @@ impl OperatorContext {
         Ok(())
     }
 
-    /// At a checkpoint barrier, before the operator's `snapshot_state` (whose states write
-    /// back): tells this subtask's keyed store, if there is one, that a snapshot starts.
-    pub(crate) fn prepare_store_snapshot(&self) -> Result<(), StoreError> {
-        let store = sluice_core::sync::lock(&self.inner.store).clone();
-        match store {
-            Some(store) => store.prepare_snapshot(),
-            None => Ok(()),
-        }
-    }
-
     /// At a checkpoint barrier, after the operator's `snapshot_state`: adds the files of this
     /// subtask's keyed store when its snapshots are incremental.
     pub(crate) fn snapshot_store(

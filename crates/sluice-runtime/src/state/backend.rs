@@ -212,15 +212,6 @@ pub trait KeyedStore: Send + Sync + fmt::Debug {
         false
     }
 
-    /// A checkpoint's snapshot starts: the states in front of the store are about to write
-    /// back, then [`snapshot_files`](Self::snapshot_files) follows. An incremental store may
-    /// hold back background work until then whose output the snapshot would otherwise carry
-    /// (RocksDB's store holds back merges, which the write-back's flushes start). Does nothing
-    /// by default.
-    fn prepare_snapshot(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
     /// For an incremental store: its files at checkpoint `checkpoint`, as a handle whose table
     /// files name their keys in checkpoint storage's shared area, marked uploaded when an
     /// earlier completed checkpoint uploaded them already. `None` otherwise.

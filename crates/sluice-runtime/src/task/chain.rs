@@ -327,12 +327,6 @@ impl<In: Data, Op: Operator<In>> ChainStage<In> for OperatorStage<In, Op> {
         out: &mut TaskSnapshot,
     ) -> Result<(), TaskError> {
         let id = barrier.id;
-        self.ctx.prepare_store_snapshot().map_err(|e| {
-            failure(
-                &self.ctx,
-                format!("preparing its keyed store's snapshot: {e}"),
-            )
-        })?;
         let mut state = self.guarded("snapshotting state", |op, o| op.snapshot_state(id, o))?;
         self.ctx
             .snapshot_store(id, &mut state)
