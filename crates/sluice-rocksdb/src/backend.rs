@@ -116,7 +116,7 @@ impl RocksDbStateBackend {
             budget,
             split,
             value_cache_override: None,
-            value_caches: ValueCaches::shared(split.value_caches_total, split.value_cache),
+            value_caches: value_caches(&split, None),
             write_buffers: WriteBuffers::new(split),
             cache: Mutex::new(None),
             instance: format!("p{}", std::process::id()),
@@ -137,10 +137,7 @@ impl RocksDbStateBackend {
         self.budget = bytes;
         self.split = budget::split(bytes);
         self.write_buffers = WriteBuffers::new(self.split);
-        self.value_caches = match self.value_cache_override {
-            Some(per_state) => ValueCaches::per_state(per_state),
-            None => ValueCaches::shared(self.split.value_caches_total, self.split.value_cache),
-        };
+        self.value_caches = value_caches(&self.split, self.value_cache_override);
         self
     }
 
@@ -150,7 +147,7 @@ impl RocksDbStateBackend {
     /// Small values make every access a store read, which tests use.
     pub fn value_cache_bytes(mut self, bytes: usize) -> Self {
         self.value_cache_override = Some(bytes);
-        self.value_caches = ValueCaches::per_state(bytes);
+        self.value_caches = value_caches(&self.split, self.value_cache_override);
         self
     }
 
@@ -436,6 +433,15 @@ impl KeyedStateBackend for RocksDbStateBackend {
 
     fn value_caches(&self) -> ValueCaches {
         self.value_caches.clone()
+    }
+}
+
+/// The value caches of a backend with `split`: shared by the split's rule, or a fixed share per
+/// state when `value_cache_bytes` set one.
+fn value_caches(split: &Split, per_state: Option<usize>) -> ValueCaches {
+    match per_state {
+        Some(bytes) => ValueCaches::per_state(bytes),
+        None => ValueCaches::shared(split.value_caches_total, split.value_cache),
     }
 }
 

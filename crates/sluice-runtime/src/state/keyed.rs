@@ -136,7 +136,8 @@ where
 
     /// The cache slot of `key`, loaded from the store when missing (writing back first if the
     /// cache is full). Only a use after the one that loaded it marks an entry used, so that
-    /// keys read once are the first to go. A hit costs one lookup.
+    /// keys read once are the first to go. A hit costs one lookup (and one atomic load, for the
+    /// state's share).
     fn slot(&mut self, name: &str, key: K) -> &mut Slot<V> {
         self.follow_share();
         if self.cache.len() >= self.cap
