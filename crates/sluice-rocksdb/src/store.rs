@@ -482,6 +482,12 @@ impl KeyedStore for RocksDbStore {
             .live_files()
             .map_err(|e| self.io("list files", e.to_string()))?;
         let mut ahead = sluice_core::sync::lock(&inc.ahead);
+        // A checkpoint in flight that names a file uploads it (or joins its upload).
+        let taken: BTreeSet<String> = sluice_core::sync::lock(&inc.pending)
+            .values()
+            .flatten()
+            .map(|(n, _)| n.clone())
+            .collect();
         let confirmed = sluice_core::sync::lock(&inc.confirmed);
         let dir = inc.ahead_dir();
         let mut out = Vec::new();
@@ -489,6 +495,7 @@ impl KeyedStore for RocksDbStore {
             let name = f.name.trim_start_matches('/').to_string();
             if !name.ends_with(".sst")
                 || confirmed.contains_key(&name)
+                || taken.contains(&name)
                 || ahead.done.contains_key(&name)
                 || ahead.started.contains(&name)
             {
@@ -754,6 +761,21 @@ mod tests {
             handle.shared.iter().all(|f| f.uploaded),
             "the compacted file was uploaded ahead: {handle:?}"
         );
+    }
+
+    #[test]
+    fn a_file_a_checkpoint_in_flight_names_is_not_offered_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = incremental_store(dir.path());
+        flushed(&store, 0, 100);
+        // Checkpoint 1 lists the file before any upload ahead: the checkpoint uploads it.
+        let handle = store.snapshot_files(CheckpointId(1)).unwrap().unwrap();
+        assert!(handle.shared.iter().all(|f| !f.uploaded), "{handle:?}");
+        assert!(upload(&store).is_empty(), "checkpoint 1 uploads it");
+        store.checkpoint_complete(CheckpointId(1));
+        assert!(upload(&store).is_empty(), "checkpoint storage holds it");
+        flushed(&store, 100, 100);
+        assert_eq!(upload(&store).len(), 1, "a new file is offered");
     }
 
     #[test]

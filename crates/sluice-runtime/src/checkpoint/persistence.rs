@@ -119,10 +119,12 @@ impl StoragePersistence {
     }
 }
 
-/// The table files of `state`'s stores that checkpoint storage does not hold yet: key and
-/// local path.
-fn pending_uploads(state: &OperatorState) -> Result<Vec<(String, PathBuf)>, String> {
-    let mut out = Vec::new();
+/// Table files to upload, by key: the local path and the length.
+pub(crate) type Uploads = BTreeMap<String, (PathBuf, u64)>;
+
+/// The table files of `state`'s stores that checkpoint storage does not hold yet.
+fn pending_uploads(state: &OperatorState) -> Result<Uploads, String> {
+    let mut out = Uploads::new();
     for h in state.store_handles() {
         for f in h.shared.iter().filter(|f| !f.uploaded) {
             let Some(dir) = &h.local else {
@@ -131,50 +133,42 @@ fn pending_uploads(state: &OperatorState) -> Result<Vec<(String, PathBuf)>, Stri
                     h.backend, f.name, h.key_groups
                 ));
             };
-            out.push((f.key.clone(), dir.join(&f.name)));
+            out.insert(f.key.clone(), (dir.join(&f.name), f.length));
         }
     }
     Ok(out)
 }
 
-/// Uploads every `(key, path)` to `storage`'s shared files, a few at a time.
+/// Uploads every `(key, (path, length))` to `storage`'s shared files, a few at a time, joining
+/// the uploads of the same keys already in flight (a store's uploads ahead, see
+/// `storage/shared_uploads.rs`). Returns the bytes it uploaded itself.
 pub(crate) async fn upload_all(
-    storage: &dyn CheckpointStorage,
-    uploads: BTreeMap<String, PathBuf>,
-) -> Result<(), String> {
+    storage: &Arc<dyn CheckpointStorage>,
+    uploads: Uploads,
+) -> Result<u64, String> {
+    use crate::storage::shared_uploads::{Writer, write_shared_once};
     use futures::{StreamExt, TryStreamExt};
-    futures::stream::iter(uploads)
-        .map(|(key, path)| async move {
-            storage
-                .write_shared(&key, &path)
-                .await
-                .map_err(|e| format!("uploading {}: {e}", path.display()))
+    let written: Vec<u64> = futures::stream::iter(uploads)
+        .map(|(key, (path, length))| async move {
+            match write_shared_once(storage, &key, &path).await? {
+                Writer::Mine => Ok::<_, String>(length),
+                Writer::Joined => Ok(0),
+            }
         })
         .buffer_unordered(4)
-        .try_collect::<Vec<()>>()
-        .await
-        .map(|_| ())
+        .try_collect()
+        .await?;
+    Ok(written.iter().sum())
 }
 
 /// Uploads the store files `state` names that checkpoint storage does not hold yet (a task
 /// manager writing its own states).
-/// Returns the bytes it uploaded.
+/// Returns the bytes it uploaded itself.
 pub(crate) async fn upload_store_files(
-    storage: &dyn CheckpointStorage,
+    storage: &Arc<dyn CheckpointStorage>,
     state: &OperatorState,
 ) -> Result<u64, String> {
-    upload_all(storage, pending_uploads(state)?.into_iter().collect()).await?;
-    Ok(pending_bytes(state))
-}
-
-/// The bytes of the table files `state` names that checkpoint storage does not hold yet.
-fn pending_bytes(state: &OperatorState) -> u64 {
-    state
-        .store_handles()
-        .iter()
-        .flat_map(|h| h.shared.iter().filter(|f| !f.uploaded))
-        .map(|f| f.length)
-        .sum()
+    upload_all(storage, pending_uploads(state)?).await
 }
 
 /// Removes local directories off the tokio workers; failures are logged.
@@ -278,12 +272,11 @@ impl Persistence for StoragePersistence {
                         }
                     }
                     if !wrote_itself.contains(&(node, subtask)) {
-                        uploaded_bytes += pending_bytes(state);
                         uploads.extend(pending_uploads(state)?);
                     }
                 }
             }
-            upload_all(self.storage.as_ref(), uploads).await?;
+            uploaded_bytes += upload_all(&self.storage, uploads).await?;
             let shared_files: Vec<String> = shared_files.into_iter().collect();
             let (files, coordinator_states) = futures::future::try_join(
                 futures::future::try_join_all(writes),

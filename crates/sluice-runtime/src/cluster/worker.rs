@@ -503,8 +503,7 @@ async fn write_states(
         let (storage, state, node, subtask) = (storage.clone(), state.clone(), *node, *subtask);
         async move {
             let uploaded =
-                crate::checkpoint::persistence::upload_store_files(storage.as_ref(), &state)
-                    .await?;
+                crate::checkpoint::persistence::upload_store_files(&storage, &state).await?;
             let bytes = tokio::task::spawn_blocking(move || sluice_core::codec::encode(&state))
                 .await
                 .map_err(|e| format!("encoding a state panicked: {e}"))?

@@ -6,6 +6,11 @@
 //! interval; Flink 2.0's disaggregated state goes further and writes every file to the remote
 //! store directly.
 //!
+//! A checkpoint that lists a file whose upload ahead is still running joins that upload
+//! instead of writing the file again (`storage/shared_uploads.rs`): a large compaction that
+//! ends just before a checkpoint costs the checkpoint the wait, not the upload; and a file a
+//! checkpoint in flight names is left to that checkpoint.
+//!
 //! One task per store, every [`EVERY`]: ask the store for the files nobody uploaded yet
 //! ([`KeyedStore::files_to_upload_ahead`]), upload them a few at a time, report which arrived
 //! ([`KeyedStore::uploaded_ahead`]), then delete from the shared area the files uploaded ahead
@@ -16,6 +21,7 @@
 
 use super::KeyedStore;
 use crate::storage::CheckpointStorage;
+use crate::storage::shared_uploads::write_shared_once;
 use futures::StreamExt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -46,14 +52,17 @@ async fn run(store: Weak<dyn KeyedStore>, storage: Arc<dyn CheckpointStorage>) {
             return;
         };
         // A failed round is logged and tried again: the checkpoint uploads what is missing.
-        if let Err(e) = round(s, storage.as_ref()).await {
+        if let Err(e) = round(s, &storage).await {
             tracing::warn!(error = %e, "uploading a keyed store's files ahead failed");
         }
     }
 }
 
 /// One round: upload what is new, then delete the orphans.
-async fn round(store: Arc<dyn KeyedStore>, storage: &dyn CheckpointStorage) -> Result<(), String> {
+async fn round(
+    store: Arc<dyn KeyedStore>,
+    storage: &Arc<dyn CheckpointStorage>,
+) -> Result<(), String> {
     let s = store.clone();
     let found = tokio::task::spawn_blocking(move || s.files_to_upload_ahead())
         .await
@@ -62,8 +71,9 @@ async fn round(store: Arc<dyn KeyedStore>, storage: &dyn CheckpointStorage) -> R
     if !found.is_empty() {
         let results: Vec<(String, bool)> = futures::stream::iter(found)
             .map(|u| async move {
-                let ok = match storage.write_shared(&u.key, &u.path).await {
-                    Ok(()) => true,
+                // A checkpoint that lists the file meanwhile joins this upload.
+                let ok = match write_shared_once(storage, &u.key, &u.path).await {
+                    Ok(_) => true,
                     Err(e) => {
                         tracing::debug!(file = %u.name, error = %e, "an upload ahead failed");
                         false

@@ -81,6 +81,7 @@ mod layout;
 mod local;
 mod memory;
 mod metadata;
+pub(crate) mod shared_uploads;
 #[cfg(test)]
 mod tests;
 mod verify;
