@@ -226,10 +226,10 @@ pub trait KeyedStore: Send + Sync + fmt::Debug {
         let _ = checkpoint;
     }
 
-    /// For an incremental store: the table files it holds that checkpoint storage does not and
-    /// that no upload ahead has started for, each linked into a directory of the store's so
-    /// that it outlives a compaction: what to upload before a checkpoint needs it (see
-    /// `preupload.rs`). Empty otherwise.
+    /// For an incremental store: the table files it holds that checkpoint storage does not,
+    /// that no upload ahead has started for and that no checkpoint in flight names, each linked
+    /// into a directory of the store's so that it outlives a compaction: what to upload before
+    /// a checkpoint needs it (see `state/ahead.rs`). Empty otherwise.
     fn files_to_upload_ahead(&self) -> Result<Vec<UploadAhead>, StoreError> {
         Ok(Vec::new())
     }

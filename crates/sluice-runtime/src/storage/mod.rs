@@ -15,7 +15,8 @@
 //!   of them: the layout, the framing (`format.rs`), the checks on read back (`verify.rs`), the
 //!   newest-valid fallback and retention. The backends: [`LocalBlobStore`] (`local.rs`, a
 //!   directory; [`LocalCheckpointStorage`] is the layout over it), [`MemoryBlobStore`]
-//!   (`memory.rs`), and object stores in `sluice-object-store`.
+//!   (`memory.rs`), and object stores in `sluice-object-store`. `shared_uploads.rs` keeps one
+//!   upload per shared file at a time, which a second writer joins.
 //!
 //! The layout, in any of them:
 //!
