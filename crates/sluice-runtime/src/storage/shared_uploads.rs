@@ -201,14 +201,20 @@ mod tests {
         upload
     }
 
-    #[tokio::test]
-    async fn a_second_writer_joins_the_upload_in_flight() {
-        let s = setup("gated://joins", false);
-        let first = started(&s, "k-000042.sst").await;
+    /// Two writers of one key, the second starting while the first's put waits; then every
+    /// put may go. Their results, in order.
+    async fn two_writers(s: &Setup) -> (Result<Writer, String>, Result<Writer, String>) {
+        let first = started(s, "k-000042.sst").await;
         let mut second = Box::pin(write_shared_once(&s.storage, "k-000042.sst", &s.file));
         assert!(futures::poll!(&mut second).is_pending());
         s.permits.add_permits(10);
-        let (first, second) = tokio::join!(first, second);
+        tokio::join!(first, second)
+    }
+
+    #[tokio::test]
+    async fn a_second_writer_joins_the_upload_in_flight() {
+        let s = setup("gated://joins", false);
+        let (first, second) = two_writers(&s).await;
         assert_eq!(first, Ok(Writer::Mine));
         assert_eq!(second, Ok(Writer::Joined));
         assert_eq!(
@@ -231,11 +237,7 @@ mod tests {
     #[tokio::test]
     async fn a_writer_whose_joined_upload_fails_uploads_itself() {
         let s = setup("gated://fails", true);
-        let first = started(&s, "k-000042.sst").await;
-        let mut second = Box::pin(write_shared_once(&s.storage, "k-000042.sst", &s.file));
-        assert!(futures::poll!(&mut second).is_pending());
-        s.permits.add_permits(10);
-        let (first, second) = tokio::join!(first, second);
+        let (first, second) = two_writers(&s).await;
         assert!(first.is_err(), "the first upload failed");
         assert_eq!(second, Ok(Writer::Mine));
         assert_eq!(s.puts.load(Ordering::SeqCst), 2);
