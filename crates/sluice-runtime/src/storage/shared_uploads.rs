@@ -7,12 +7,13 @@
 //!
 //! The uploads in flight are kept by storage location and key, for the whole process (the
 //! uploads ahead and the checkpoints of a job hold different handles to one storage). An entry
-//! lives while its upload runs. A writer that joins an upload which then fails writes the file
-//! itself from its own copy.
+//! lives while its upload runs, and holds it weakly: an upload whose writers all went away
+//! (a job cancelled mid-checkpoint) is dropped, not kept or finished by nobody. A writer that
+//! joins an upload which then fails writes the file itself from its own copy.
 
 use super::CheckpointStorage;
 use futures::FutureExt;
-use futures::future::{BoxFuture, Shared};
+use futures::future::{BoxFuture, Shared, WeakShared};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,8 +23,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 type Upload = Shared<BoxFuture<'static, Result<(), String>>>;
 
 /// The uploads in flight, by (storage location, key): a number telling one upload of a key
-/// from the next, and the upload.
-type InFlight = HashMap<(String, String), (u64, Upload)>;
+/// from the next, and the upload, held by its writers.
+type InFlight =
+    HashMap<(String, String), (u64, WeakShared<BoxFuture<'static, Result<(), String>>>)>;
 
 static IN_FLIGHT: LazyLock<Mutex<InFlight>> = LazyLock::new(Default::default);
 
@@ -50,12 +52,16 @@ pub(crate) async fn write_shared_once(
     let id = (storage.location(), key.to_string());
     let (writer, upload) = {
         let mut all = sluice_core::sync::lock(&IN_FLIGHT);
-        match all.get(&id) {
-            Some((_, upload)) => (Writer::Joined, upload.clone()),
+        match all.get(&id).and_then(|(_, weak)| weak.upgrade()) {
+            Some(upload) => (Writer::Joined, upload),
             None => {
+                // Uploads whose writers all went away leave no trace.
+                all.retain(|_, (_, weak)| weak.upgrade().is_some());
                 let number = NEXT.fetch_add(1, Ordering::Relaxed);
                 let upload = start(storage.clone(), id.clone(), number, path);
-                all.insert(id, (number, upload.clone()));
+                if let Some(weak) = upload.downgrade() {
+                    all.insert(id, (number, weak));
+                }
                 (Writer::Mine, upload)
             }
         }
@@ -273,5 +279,24 @@ mod tests {
             "the joined file is not the checkpoint's"
         );
         assert_eq!(s.puts.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_upload_whose_writers_went_away_is_not_joined() {
+        let s = setup("gated://abandoned", false);
+        let first = started(&s, "k-000042.sst").await;
+        drop(first);
+        s.permits.add_permits(10);
+        assert_eq!(
+            write_shared_once(&s.storage, "k-000042.sst", &s.file).await,
+            Ok(Writer::Mine),
+            "the dropped upload is neither joined nor finished"
+        );
+        assert!(
+            sluice_core::sync::lock(&IN_FLIGHT)
+                .keys()
+                .all(|(location, _)| location != "gated://abandoned"),
+            "no entry is left behind"
+        );
     }
 }
