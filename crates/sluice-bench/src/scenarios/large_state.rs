@@ -605,6 +605,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         Ok(d)
     };
     // Three updates per key, so that the measure is of a warm cache rather than of first reads.
+    eprintln!("... fits: the heap, then RocksDB, {fits_keys} keys");
     let heap = run_probe(&case_args(
         "heap",
         fits_keys,
@@ -662,7 +663,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "--parallelism".into(),
             parallelism.to_string(),
         ]);
+        eprintln!("... {name}: {keys} keys, {compaction} compaction, parallelism {parallelism}");
         let p = run_probe(&a)?;
+        eprintln!(
+            "    load {:.0} k/s, updates {:.0} k/s, mean checkpoint {:.0} ms, peak RSS {:.0} MiB",
+            p.load_per_s / 1e3,
+            p.update_per_s / 1e3,
+            p.mean_checkpoint_ms(),
+            p.peak_rss_mib
+        );
         let shares = p.shares();
         let uploads = p.upload_shares();
         rows.push(serde_json::json!({
@@ -710,6 +719,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
             ("AWS_REGION", "us-east-1".to_string()),
         ];
+        eprintln!("... large-s3: the large case, its checkpoints in {endpoint}");
         let p = run_probe_with(&a, &s3)?;
         rows.push(serde_json::json!({
             "scenario": "large-state", "case": "large-s3", "keys": large_keys,
