@@ -483,11 +483,8 @@ impl KeyedStore for RocksDbStore {
             .map_err(|e| self.io("list files", e.to_string()))?;
         let mut ahead = sluice_core::sync::lock(&inc.ahead);
         // A checkpoint in flight that names a file uploads it (or joins its upload).
-        let taken: BTreeSet<String> = sluice_core::sync::lock(&inc.pending)
-            .values()
-            .flatten()
-            .map(|(n, _)| n.clone())
-            .collect();
+        let pending = sluice_core::sync::lock(&inc.pending);
+        let taken = named_in_flight(&pending);
         let confirmed = sluice_core::sync::lock(&inc.confirmed);
         let dir = inc.ahead_dir();
         let mut out = Vec::new();
@@ -559,7 +556,7 @@ impl KeyedStore for RocksDbStore {
             .map(|f| f.name.trim_start_matches('/').to_string())
             .collect();
         let pending = sluice_core::sync::lock(&inc.pending);
-        let taken: BTreeSet<&String> = pending.values().flatten().map(|(n, _)| n).collect();
+        let taken = named_in_flight(&pending);
         let orphans: Vec<String> = ahead
             .done
             .keys()
@@ -597,6 +594,11 @@ impl Drop for RocksDbStore {
             tracing::warn!(dir = %self.dir.display(), error = %e, "could not remove a state store");
         }
     }
+}
+
+/// The table files the checkpoints in flight name (`Incremental::pending`).
+fn named_in_flight(pending: &BTreeMap<CheckpointId, Vec<(String, String)>>) -> BTreeSet<&String> {
+    pending.values().flatten().map(|(n, _)| n).collect()
 }
 
 /// The count of ticker or histogram `name` in RocksDB's statistics dump (`name COUNT : 17`,
