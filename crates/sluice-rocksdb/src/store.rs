@@ -453,7 +453,7 @@ impl KeyedStore for RocksDbStore {
             shared,
             private,
             local: Some(dir),
-            fetched: false,
+            fetched: None,
         }))
     }
 

@@ -497,8 +497,17 @@ pub(crate) async fn fetch_handles(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
+    let root = std::env::temp_dir();
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        let removed = crate::state::fetched::sweep_dead_processes(&root);
+        if removed > 0 {
+            tracing::info!(removed, dir = %root.display(), "removed the restored files of processes that are gone");
+        }
+    });
     let prefix = format!(
-        "sluice-restore-p{}-{nanos:x}-chk{}",
+        "{}p{}-{nanos:x}-chk{}",
+        crate::state::fetched::PREFIX,
         std::process::id(),
         id.0
     );
@@ -514,10 +523,12 @@ pub(crate) async fn fetch_handles(
             if h.local.is_some() {
                 continue;
             }
-            let dir = std::env::temp_dir().join(format!("{prefix}-n{}-{n}", node.0));
+            let dir = root.join(format!("{prefix}-n{}-{n}", node.0));
             n += 1;
             std::fs::create_dir_all(&dir)
                 .map_err(|e| failed(format!("creating {}: {e}", dir.display())))?;
+            // Held before anything is written, so that a failed fetch removes what it wrote.
+            let held = Arc::new(crate::state::FetchedDir::new(dir.clone()));
             for f in &h.shared {
                 storage
                     .fetch_shared(&f.key, &dir.join(&f.name))
@@ -532,7 +543,7 @@ pub(crate) async fn fetch_handles(
                 f.uploaded = true;
             }
             h.local = Some(dir);
-            h.fetched = true;
+            h.fetched = Some(held);
         }
     }
     Ok(())
@@ -624,6 +635,75 @@ mod tests {
     use crate::state::Deferred;
     use crate::storage::LocalCheckpointStorage;
     use std::num::NonZeroUsize;
+
+    /// The directory a restore fetches a store's files into belongs to the handle: it goes with
+    /// the last clone (before, it stayed in the temporary directory for good, a copy of the
+    /// whole state per restore).
+    #[test]
+    fn the_files_a_restore_fetched_go_with_the_last_handle() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let table = dir.path().join("000007.sst");
+        std::fs::write(&table, b"table file").unwrap();
+        let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalCheckpointStorage::new(
+            dir.path().join("checkpoints"),
+            NonZeroUsize::new(2).unwrap(),
+        ));
+        let mut state = OperatorState::default();
+        state.store_handles_mut().push(crate::state::StoreHandle {
+            backend: "rocksdb".into(),
+            key_groups: 0..128,
+            shared: vec![crate::state::SharedFile {
+                name: "000007.sst".into(),
+                key: "op0/000007.sst".into(),
+                length: 10,
+                uploaded: true,
+            }],
+            private: vec![("MANIFEST-000005".into(), b"manifest".to_vec())],
+            local: None,
+            fetched: None,
+        });
+        let state = runtime.block_on(async {
+            storage.initialize().await.unwrap();
+            storage
+                .write_shared("op0/000007.sst", &table)
+                .await
+                .unwrap();
+            let mut state = state;
+            fetch_handles(&*storage, CheckpointId(3), vec![(NodeId(0), &mut state)])
+                .await
+                .unwrap();
+            state
+        });
+        let handle = &state.store_handles()[0];
+        let local = handle
+            .local
+            .clone()
+            .expect("the restore gathered the files");
+        assert_eq!(
+            std::fs::read(local.join("000007.sst")).unwrap(),
+            b"table file"
+        );
+        assert_eq!(
+            std::fs::read(local.join("MANIFEST-000005")).unwrap(),
+            b"manifest"
+        );
+        assert_eq!(
+            handle.fetched.as_ref().map(|f| f.path().to_path_buf()),
+            Some(local.clone())
+        );
+        let clone = state.clone();
+        drop(state);
+        assert!(
+            local.exists(),
+            "a clone of the handle still needs the files"
+        );
+        // Outside the runtime the last drop removes the directory at once.
+        drop(clone);
+        assert!(!local.exists());
+    }
 
     #[tokio::test]
     async fn the_size_of_a_checkpoint_counts_what_task_managers_uploaded() {

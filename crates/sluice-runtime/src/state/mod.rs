@@ -21,6 +21,7 @@
 pub(crate) mod ahead;
 mod backend;
 mod deferred;
+pub(crate) mod fetched;
 mod keyed;
 mod list;
 mod redistribute;
@@ -35,6 +36,7 @@ pub use backend::{
 pub(crate) use backend::{key_prefix, prefix_end, state_id};
 pub use deferred::Deferred;
 pub(crate) use deferred::Part;
+pub use fetched::FetchedDir;
 pub use keyed::{AttachKeyedState, KeyedListState, MapState, ValueState};
 pub use list::ListState;
 pub(crate) use redistribute::redistribute;
@@ -84,11 +86,12 @@ pub struct StoreHandle {
     /// checkpoint is persisted, or where a restore gathered them. Never written.
     #[serde(skip)]
     pub local: Option<std::path::PathBuf>,
-    /// Whether a restore fetched the files from checkpoint storage, which then holds every
-    /// shared file (a failover's handle from memory may name shared files that retention
-    /// removed since). Never written.
+    /// Set when a restore fetched the files from checkpoint storage into [`local`](Self::local),
+    /// which then holds every shared file (a failover's handle from memory may name shared
+    /// files that retention removed since). The directory is removed when the last clone of
+    /// the handle is dropped. Never written.
     #[serde(skip)]
-    pub fetched: bool,
+    pub fetched: Option<std::sync::Arc<FetchedDir>>,
 }
 
 /// One table file of a [`StoreHandle`].
@@ -124,7 +127,7 @@ impl StoreHandle {
             dir,
             files,
             key_groups: self.key_groups.clone(),
-            shared: if self.fetched {
+            shared: if self.fetched.is_some() {
                 self.shared
                     .iter()
                     .map(|f| (f.name.clone(), f.key.clone()))
