@@ -19,7 +19,7 @@ pub(crate) const PREFIX: &str = "sluice-restore-";
 /// Shared (in an `Arc`) by every clone of the [`StoreHandle`](super::StoreHandle) whose files it
 /// holds. The removal runs on tokio's blocking pool when dropped inside a runtime, so that it
 /// never holds up a worker; a runtime that is shutting down may skip it, and then the next
-/// process's [`sweep_dead_processes`] removes the directory.
+/// restore of any process removes the directory (its sweep of the processes that are gone).
 #[derive(Debug, PartialEq, Eq)]
 pub struct FetchedDir {
     path: PathBuf,
