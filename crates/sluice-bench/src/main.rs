@@ -105,10 +105,19 @@ enum Command {
 }
 
 /// Both sides of every benchmark run in this process, so they share its allocator: mimalloc,
-/// as a production sluice binary would use (see `BENCHMARKS.md`, "Allocator").
+/// as a production sluice binary would use (see `BENCHMARKS.md`, "Allocator"). Built with
+/// mimalloc's `override`, it serves the C library's `malloc` too, and with it RocksDB's own
+/// allocations (`docs/state-backends.md`, "The memory budget").
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Which allocator serves Rust's allocations and the C library's `malloc` in this binary.
+pub(crate) const ALLOCATOR_NAME: &str = if cfg!(feature = "mimalloc") {
+    "mimalloc (also malloc)"
+} else {
+    "the C library's malloc"
+};
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {

@@ -20,9 +20,13 @@
 //!   incremental checkpoints and the same memory budget as its managed memory: throughput and
 //!   checkpoint duration, sluice against Flink (goal ≥ 5× throughput, shorter checkpoints).
 //!
-//! Every process of the scenario runs with glibc's `MALLOC_ARENA_MAX=2` (`MALLOC_ARENA_MAX`
-//! below), as the guide advises for RocksDB, and sluice's probes with mimalloc's
-//! `MIMALLOC_ALLOW_THP=0 MIMALLOC_PURGE_DELAY=10` (`MIMALLOC`), as it advises for mimalloc.
+//! Each engine's RocksDB allocates through a faster allocator than glibc's, as in production:
+//! sluice's probes through mimalloc, which this binary builds with its `override` feature so
+//! that it serves `malloc` too (the rows' `allocator`), with `MIMALLOC_ALLOW_THP=0
+//! MIMALLOC_PURGE_DELAY=10` (`MIMALLOC`), as the guide advises; Flink's JVM through jemalloc,
+//! preloaded when Debian's `libjemalloc2` is installed, as Flink's Docker images do (its row's
+//! `allocator` says which). Every process also runs with glibc's `MALLOC_ARENA_MAX=2`
+//! (`MALLOC_ARENA_MAX` below), for whatever still allocates through glibc.
 //!
 //! The job: a generator → `key_by` → a `KeyedProcessFunction` whose state per key is a value of
 //! `--value-bytes` bytes (100 by default). Record `i < keys` writes key `i`; later records
@@ -217,6 +221,27 @@ struct FlinkProbe {
     async_ms: Vec<f64>,
     peak_rss_kib: u64,
     cpu_s: f64,
+    /// What the JVM allocated native memory (RocksDB's) with; set here, not by Flink's side.
+    #[serde(default)]
+    allocator: String,
+}
+
+/// Debian's jemalloc (package `libjemalloc2`), which Flink's Docker images load into its JVMs
+/// (`LD_PRELOAD`, unless `DISABLE_JEMALLOC=true`) for RocksDB's sake: the Flink side of the
+/// scenario does the same when the library is there, as sluice's probes route RocksDB's
+/// allocations to mimalloc.
+fn jemalloc() -> Option<PathBuf> {
+    if std::env::var("DISABLE_JEMALLOC").is_ok_and(|v| v == "true") {
+        return None;
+    }
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(|dir| Path::new(dir).join("libjemalloc.so.2"))
+    .find(|p| p.exists())
 }
 
 /// Runs the large case's job in Flink: `LargeStateFlink` in a fresh JVM.
@@ -240,9 +265,17 @@ fn run_flink(
         Flink::java_version(),
         log.display()
     );
-    let output = flink
-        .java("LargeStateFlink")
-        .env("MALLOC_ARENA_MAX", malloc_arenas())
+    let mut java = flink.java("LargeStateFlink");
+    java.env("MALLOC_ARENA_MAX", malloc_arenas());
+    let allocator = match jemalloc() {
+        Some(lib) => {
+            java.env("LD_PRELOAD", &lib);
+            format!("jemalloc ({})", lib.display())
+        }
+        None => "the C library's malloc (no libjemalloc.so.2 found)".to_string(),
+    };
+    eprintln!("... Flink's JVM allocates with {allocator}");
+    let output = java
         .args(["--keys", &keys.to_string()])
         .args(["--updates", &updates.to_string()])
         .args(["--intervals", &INTERVALS.to_string()])
@@ -269,7 +302,10 @@ fn run_flink(
         .lines()
         .last()
         .with_context(|| format!("Flink printed nothing; see {}", log.display()))?;
-    serde_json::from_str(line).with_context(|| format!("parsing Flink's line {line:?}"))
+    let mut probe: FlinkProbe =
+        serde_json::from_str(line).with_context(|| format!("parsing Flink's line {line:?}"))?;
+    probe.allocator = allocator;
+    Ok(probe)
 }
 
 /// Keeps a value of `bytes` bytes per key; counts what it processed and signals marks.
@@ -588,10 +624,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     eprintln!(
         "large-state on {}: {vb}-byte values; fits: {fits_keys} keys, budget {fits_budget} MiB; \
          large: {large_keys} keys (~{} MiB), budget {large_budget} MiB; RocksDB: {} library; \
-         allocators: {}",
+         allocator: {}; {}",
         machine(),
         large_keys * per_key / MIB,
         sluice_rocksdb::LIBRARY,
+        crate::ALLOCATOR_NAME,
         allocator_env()
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
@@ -627,6 +664,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut rows = vec![serde_json::json!({
         "scenario": "large-state", "case": "fits", "keys": fits_keys, "budget_mib": fits_budget,
         "rocksdb_library": sluice_rocksdb::LIBRARY, "malloc_arena_max": malloc_arenas(),
+        "allocator": crate::ALLOCATOR_NAME,
         "allocator_env": allocator_env().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
         "heap_load_per_s": heap.load_per_s, "rocksdb_load_per_s": rocks.load_per_s,
         "load_ratio": rocks.load_per_s / heap.load_per_s,
@@ -751,6 +789,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "state_mib": f.state_bytes.last().copied().unwrap_or(0) as f64 / MIB as f64,
             "load_per_s": f.load_per_s, "update_per_s": f.update_per_s,
             "peak_rss_mib": f.peak_rss_kib as f64 / 1024.0, "cpu_s": f.cpu_s,
+            "allocator": f.allocator,
             "first_checkpoint_ms": f.first_checkpoint_ms,
             "checkpoint_ms": f.checkpoint_ms,
             "mean_checkpoint_ms": mean_ms,
