@@ -12,27 +12,28 @@
 //! checkpoint in flight names is left to that checkpoint.
 //!
 //! One task per store, every [`EVERY`]: ask the store for the files nobody uploaded yet
-//! ([`KeyedStore::files_to_upload_ahead`]), upload them a few at a time, report which arrived
-//! ([`KeyedStore::uploaded_ahead`]), then delete from the shared area the files uploaded ahead
-//! that compaction removed before any checkpoint took them ([`KeyedStore::take_orphans`]). The
-//! task ends when the store is dropped. What a store uploaded ahead but no checkpoint took when
-//! it was dropped (a failover, the job's end) stays until the storage's next `initialize`,
-//! which removes every shared file no complete checkpoint lists.
+//! ([`KeyedStore::files_to_upload_ahead`]) and start their uploads, then delete from the shared
+//! area the files uploaded ahead that compaction removed before any checkpoint took them
+//! ([`KeyedStore::take_orphans`]). Each upload is reported as it ends
+//! ([`KeyedStore::uploaded_ahead`]); the next look does not wait for the uploads in flight, so
+//! a file that appears while a large merge's output is still uploading starts within one
+//! interval, not after it. The uploads in flight are bounded by the store's new files (those
+//! still in flight are not offered again). The task ends when the store is dropped. What a
+//! store uploaded ahead but no checkpoint took when it was dropped (a failover, the job's end)
+//! stays until the storage's next `initialize`, which removes every shared file no complete
+//! checkpoint lists.
 
 use super::KeyedStore;
 use crate::storage::CheckpointStorage;
 use crate::storage::shared_uploads::write_shared_once;
-use futures::StreamExt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+use tokio::task::JoinSet;
 
 /// How often a store's new files are looked for. A compaction installs its output at once;
 /// what it wrote in the last round's interval before a checkpoint is uploaded by the
 /// checkpoint itself, so the interval is short (listing the live files costs microseconds).
 pub(crate) const EVERY: Duration = Duration::from_millis(25);
-
-/// Uploads at once per store.
-const CONCURRENT: usize = 2;
 
 /// Starts uploading `store`'s new table files to `storage` ahead of its checkpoints, until the
 /// store is dropped. Does nothing outside a tokio runtime.
@@ -43,54 +44,70 @@ pub(crate) fn spawn(store: &Arc<dyn KeyedStore>, storage: Arc<dyn CheckpointStor
     rt.spawn(run(Arc::downgrade(store), storage));
 }
 
+/// The uploads ahead in flight, each a task of its own (so that it goes on while the store's
+/// task lists files or records another): each ends with its file's name and whether it arrived.
+type Uploads = JoinSet<(String, bool)>;
+
 async fn run(store: Weak<dyn KeyedStore>, storage: Arc<dyn CheckpointStorage>) {
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut uploads = Uploads::new();
     loop {
-        tick.tick().await;
-        let Some(s) = store.upgrade() else {
-            return;
-        };
-        // A failed round is logged and tried again: the checkpoint uploads what is missing.
-        if let Err(e) = round(s, &storage).await {
-            tracing::warn!(error = %e, "uploading a keyed store's files ahead failed");
+        tokio::select! {
+            _ = tick.tick() => {
+                let Some(s) = store.upgrade() else {
+                    return;
+                };
+                // A failed look is logged and tried again: the checkpoint uploads what is
+                // missing.
+                if let Err(e) = look(s, &storage, &mut uploads).await {
+                    tracing::warn!(error = %e, "uploading a keyed store's files ahead failed");
+                }
+            }
+            Some(ended) = uploads.join_next(), if !uploads.is_empty() => {
+                let Some(s) = store.upgrade() else {
+                    return;
+                };
+                let (name, ok) = match ended {
+                    Ok(ended) => ended,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "an upload ahead panicked");
+                        continue;
+                    }
+                };
+                let (done, failed) = if ok { (vec![name], vec![]) } else { (vec![], vec![name]) };
+                if let Err(e) = tokio::task::spawn_blocking(move || s.uploaded_ahead(&done, &failed)).await {
+                    tracing::warn!(error = %e, "recording an upload ahead panicked");
+                }
+            }
         }
     }
 }
 
-/// One round: upload what is new, then delete the orphans.
-async fn round(
+/// One look: start the uploads of what is new, then delete the orphans.
+async fn look(
     store: Arc<dyn KeyedStore>,
     storage: &Arc<dyn CheckpointStorage>,
+    uploads: &mut Uploads,
 ) -> Result<(), String> {
     let s = store.clone();
     let found = tokio::task::spawn_blocking(move || s.files_to_upload_ahead())
         .await
         .map_err(|e| format!("listing the files to upload panicked: {e}"))?
         .map_err(|e| e.to_string())?;
-    if !found.is_empty() {
-        let results: Vec<(String, bool)> = futures::stream::iter(found)
-            .map(|u| async move {
-                // A checkpoint that lists the file meanwhile joins this upload.
-                let ok = match write_shared_once(storage, &u.key, &u.path).await {
-                    Ok(_) => true,
-                    Err(e) => {
-                        tracing::debug!(file = %u.name, error = %e, "an upload ahead failed");
-                        false
-                    }
-                };
-                (u.name, ok)
-            })
-            .buffer_unordered(CONCURRENT)
-            .collect()
-            .await;
-        let (done, failed): (Vec<_>, Vec<_>) = results.into_iter().partition(|(_, ok)| *ok);
-        let done: Vec<String> = done.into_iter().map(|(n, _)| n).collect();
-        let failed: Vec<String> = failed.into_iter().map(|(n, _)| n).collect();
-        let s = store.clone();
-        tokio::task::spawn_blocking(move || s.uploaded_ahead(&done, &failed))
-            .await
-            .map_err(|e| format!("recording uploads panicked: {e}"))?;
+    for u in found {
+        let storage = storage.clone();
+        uploads.spawn(async move {
+            // A checkpoint that lists the file meanwhile joins this upload.
+            let ok = match write_shared_once(&storage, &u.key, &u.path).await {
+                Ok(_) => true,
+                Err(e) => {
+                    tracing::debug!(file = %u.name, error = %e, "an upload ahead failed");
+                    false
+                }
+            };
+            (u.name, ok)
+        });
     }
     let orphans = tokio::task::spawn_blocking(move || store.take_orphans())
         .await
@@ -102,4 +119,95 @@ async fn round(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{StoreError, StoreWrite, UploadAhead};
+    use crate::storage::shared_uploads::testing::Gated;
+    use crate::storage::{BlobCheckpointStorage, MemoryBlobStore};
+    use sluice_core::sync::lock;
+    use std::num::NonZeroUsize;
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicUsize;
+    use tokio::sync::{Notify, Semaphore};
+
+    /// A store whose new files the test hands it, and which records the uploads reported.
+    #[derive(Debug, Default)]
+    struct Files {
+        new: Mutex<Vec<UploadAhead>>,
+        recorded: Mutex<Vec<String>>,
+        recording: Notify,
+    }
+
+    impl KeyedStore for Files {
+        fn get(&self, _: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+            Ok(None)
+        }
+        fn write(&self, _: Vec<StoreWrite>) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn scan(
+            &self,
+            _: &[u8],
+            _: &[u8],
+            _: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+        ) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn files_to_upload_ahead(&self) -> Result<Vec<UploadAhead>, StoreError> {
+            Ok(std::mem::take(&mut *lock(&self.new)))
+        }
+        fn uploaded_ahead(&self, done: &[String], _failed: &[String]) {
+            lock(&self.recorded).extend(done.iter().cloned());
+            self.recording.notify_one();
+        }
+    }
+
+    /// A file that appears while another's upload is in flight starts within a few looks,
+    /// not once that upload ends (before, a look waited for every upload it had started).
+    #[tokio::test(start_paused = true)]
+    async fn a_new_file_does_not_wait_behind_an_upload_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, name).unwrap();
+            UploadAhead {
+                name: name.into(),
+                key: format!("s1-{name}"),
+                path,
+            }
+        };
+        let (permits, entered) = (Arc::new(Semaphore::new(0)), Arc::new(Notify::new()));
+        let blobs = Gated {
+            inner: MemoryBlobStore::new(),
+            location: "ahead-tests".into(),
+            permits: permits.clone(),
+            puts: Arc::new(AtomicUsize::new(0)),
+            entered: entered.clone(),
+            fail_first: false,
+        };
+        let storage: Arc<dyn CheckpointStorage> =
+            Arc::new(BlobCheckpointStorage::over(blobs, NonZeroUsize::MIN));
+        let files = Arc::new(Files::default());
+        lock(&files.new).push(file("000010.sst"));
+        let store: Arc<dyn KeyedStore> = files.clone();
+        spawn(&store, storage.clone());
+
+        // The first file's upload waits for its permit, as a large merge's output takes long.
+        entered.notified().await;
+        lock(&files.new).push(file("000011.sst"));
+        tokio::time::timeout(EVERY * 4, entered.notified())
+            .await
+            .expect("the new file's upload started while the first was in flight");
+
+        permits.add_permits(2);
+        while lock(&files.recorded).len() < 2 {
+            files.recording.notified().await;
+        }
+        let mut recorded = lock(&files.recorded).clone();
+        recorded.sort();
+        assert_eq!(recorded, ["000010.sst", "000011.sst"]);
+    }
 }

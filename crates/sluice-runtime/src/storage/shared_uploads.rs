@@ -103,25 +103,30 @@ fn start(
     .shared()
 }
 
+/// Test blob stores for the writers of shared files (here and in `state/ahead.rs`).
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::storage::{BlobCheckpointStorage, BlobStore, MemoryBlobStore, StorageError};
-    use std::num::NonZeroUsize;
+pub(crate) mod testing {
+    use crate::storage::{BlobStore, MemoryBlobStore, StorageError};
+    use futures::future::BoxFuture;
     use std::path::PathBuf;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::sync::{Notify, Semaphore};
 
     /// Blobs in memory whose puts wait for a permit and are counted; its own location, so
     /// that tests do not share uploads in flight.
     #[derive(Debug)]
-    struct Gated {
-        inner: MemoryBlobStore,
-        location: String,
-        permits: Arc<Semaphore>,
-        puts: Arc<AtomicUsize>,
-        entered: Arc<Notify>,
-        fail_first: bool,
+    pub(crate) struct Gated {
+        pub(crate) inner: MemoryBlobStore,
+        pub(crate) location: String,
+        /// A put waits for one of these.
+        pub(crate) permits: Arc<Semaphore>,
+        /// Puts started.
+        pub(crate) puts: Arc<AtomicUsize>,
+        /// Notified as each put starts.
+        pub(crate) entered: Arc<Notify>,
+        /// Whether the first put fails (once it has its permit).
+        pub(crate) fail_first: bool,
     }
 
     impl BlobStore for Gated {
@@ -160,6 +165,17 @@ mod tests {
             self.inner.delete(key)
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::Gated;
+    use super::*;
+    use crate::storage::{BlobCheckpointStorage, MemoryBlobStore};
+    use std::num::NonZeroUsize;
+    use std::path::PathBuf;
+    use std::sync::atomic::AtomicUsize;
+    use tokio::sync::{Notify, Semaphore};
 
     struct Setup {
         storage: Arc<dyn CheckpointStorage>,
