@@ -11,7 +11,8 @@
 //! ends just before a checkpoint costs the checkpoint the wait, not the upload; and a file a
 //! checkpoint in flight names is left to that checkpoint.
 //!
-//! One task per store, every [`EVERY`]: ask the store for the files nobody uploaded yet
+//! One task per store, on a thread of the process's own (`runtime`, so that keyed tasks
+//! blocked in the store's calls on the job's workers do not delay it), every [`EVERY`]: ask the store for the files nobody uploaded yet
 //! ([`KeyedStore::files_to_upload_ahead`]) and start their uploads, then delete from the shared
 //! area the files uploaded ahead that compaction removed before any checkpoint took them
 //! ([`KeyedStore::take_orphans`]). Each upload is reported as it ends
@@ -36,12 +37,52 @@ use tokio::task::JoinSet;
 pub(crate) const EVERY: Duration = Duration::from_millis(25);
 
 /// Starts uploading `store`'s new table files to `storage` ahead of its checkpoints, until the
-/// store is dropped. Does nothing outside a tokio runtime.
+/// store is dropped, on the process's uploads-ahead thread ([`runtime`]). Does nothing outside
+/// a tokio runtime (a store opened outside a job).
 pub(crate) fn spawn(store: &Arc<dyn KeyedStore>, storage: Arc<dyn CheckpointStorage>) {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+    let Ok(current) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    rt.spawn(run(Arc::downgrade(store), storage));
+    runtime()
+        .unwrap_or(current)
+        .spawn(run(Arc::downgrade(store), storage));
+}
+
+/// The runtime of the uploads ahead: one thread for the process, started on first use. The
+/// looks run there and not on the job's workers, where keyed tasks block in the store's calls
+/// (RocksDB's reads, and writes that wait for a flush): with four keyed subtasks on two
+/// workers a look ran a median 132 ms and up to 442 ms after its tick, so merges' outputs
+/// waited for their uploads ahead and checkpoints listed them first (BENCHMARKS.md, "Uploads
+/// ahead that do not wait for each other"). `None` if the thread cannot start; the uploads
+/// ahead then run on the job's runtime.
+fn runtime() -> Option<tokio::runtime::Handle> {
+    static AHEAD: std::sync::OnceLock<Option<tokio::runtime::Handle>> = std::sync::OnceLock::new();
+    AHEAD
+        .get_or_init(|| {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .thread_name("sluice-uploads-ahead")
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start the uploads-ahead runtime; they run on the job's");
+                    return None;
+                }
+            };
+            let handle = rt.handle().clone();
+            let started = std::thread::Builder::new()
+                .name("sluice-uploads-ahead".into())
+                .spawn(move || rt.block_on(std::future::pending::<()>()));
+            match started {
+                Ok(_) => Some(handle),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start the uploads-ahead thread; they run on the job's runtime");
+                    None
+                }
+            }
+        })
+        .clone()
 }
 
 /// The uploads ahead in flight, each a task of its own (so that it goes on while the store's
@@ -193,7 +234,8 @@ mod tests {
         let files = Arc::new(Files::default());
         lock(&files.new).push(file("000010.sst"));
         let store: Arc<dyn KeyedStore> = files.clone();
-        spawn(&store, storage.clone());
+        // On the test's runtime, for its paused clock.
+        tokio::spawn(run(Arc::downgrade(&store), storage.clone()));
 
         // The first file's upload waits for its permit, as a large merge's output takes long.
         entered.notified().await;
