@@ -719,12 +719,25 @@ async fn processing_time_windows_fire_when_the_paused_clock_passes_their_end() {
     let a = TumblingProcessingTimeWindows::of(Duration::from_millis(1_000));
     let mut op = operator(a, 0);
     op.open(&OperatorContext::for_test("window", 0, 1)).unwrap();
+    // Start at a window's start: the paused clock reads the wall clock of the process's first
+    // read, and in the last millisecond of a window the records' window would be due at once.
+    let now = op.timers.current_processing_time();
+    tokio::time::advance(Duration::from_millis(
+        (1_000 - now.rem_euclid(1_000)) as u64,
+    ))
+    .await;
+    assert_eq!(op.timers.current_processing_time() % 1_000, 0);
     let mut c = Collector::new();
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     op.process_batch(vec![(1, 0), (2, 0), (1, 0)], &mut c)
         .unwrap();
     assert!(op.poll_pending(&mut cx, &mut c).is_pending());
-    tokio::time::advance(Duration::from_millis(1_000)).await;
+    tokio::time::advance(Duration::from_millis(998)).await;
+    assert!(
+        op.poll_pending(&mut cx, &mut c).is_pending(),
+        "not before its last millisecond"
+    );
+    tokio::time::advance(Duration::from_millis(1)).await;
     assert!(op.poll_pending(&mut cx, &mut c).is_ready());
     let mut counts: Vec<(u8, u64)> = c
         .take_elements()
