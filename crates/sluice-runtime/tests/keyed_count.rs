@@ -120,3 +120,145 @@ async fn keyed_count_is_exact_when_source_and_counter_parallelism_differ() {
     env.execute("keyed count 3 -> 2").await.unwrap();
     check(2, out.take(), &expected);
 }
+
+mod store_calls {
+    //! A keyed task that waits in its store's calls (RocksDB reading a block from disk, a
+    //! write stalled behind a flush) does not hold up the other tasks of its worker.
+
+    use sluice_runtime::prelude::*;
+    use sluice_runtime::state::{
+        KeyedStateBackend, KeyedStore, MemoryStateBackend, StoreError, StoreScope, StoreWrite,
+        ValueCaches,
+    };
+    use std::sync::mpsc::{Receiver, RecvTimeoutError};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    use tokio::sync::Notify;
+
+    /// The first read of any store it opens blocks its thread until `release` is received,
+    /// after waking `waiting`; the stores are in memory otherwise.
+    #[derive(Debug)]
+    struct FirstReadWaits {
+        inner: MemoryStateBackend,
+        gate: Arc<Gate>,
+    }
+
+    #[derive(Debug)]
+    struct Gate {
+        waiting: Arc<Notify>,
+        release: Mutex<Option<Receiver<()>>>,
+    }
+
+    impl Gate {
+        fn pass(&self) -> Result<(), StoreError> {
+            let Some(release) = self.release.lock().ok().and_then(|mut r| r.take()) else {
+                return Ok(());
+            };
+            self.waiting.notify_one();
+            release
+                .recv_timeout(Duration::from_secs(20))
+                .map_err(|e: RecvTimeoutError| StoreError::Io {
+                    backend: "waiting".into(),
+                    operator: "the test's".into(),
+                    action: "read",
+                    message: format!("nothing released the read: {e}"),
+                })
+        }
+    }
+
+    #[derive(Debug)]
+    struct Waiting {
+        inner: Arc<dyn KeyedStore>,
+        gate: Arc<Gate>,
+    }
+
+    impl KeyedStateBackend for FirstReadWaits {
+        fn name(&self) -> &str {
+            "first-read-waits"
+        }
+
+        fn open(&self, scope: &StoreScope) -> Result<Arc<dyn KeyedStore>, StoreError> {
+            Ok(Arc::new(Waiting {
+                inner: self.inner.open(scope)?,
+                gate: self.gate.clone(),
+            }))
+        }
+
+        fn value_caches(&self) -> ValueCaches {
+            self.inner.value_caches()
+        }
+    }
+
+    impl KeyedStore for Waiting {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+            self.gate.pass()?;
+            self.inner.get(key)
+        }
+
+        fn get_many(
+            &self,
+            keys: &[Vec<u8>],
+            f: &mut dyn FnMut(usize, Option<&[u8]>),
+        ) -> Result<(), StoreError> {
+            self.gate.pass()?;
+            self.inner.get_many(keys, f)
+        }
+
+        fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
+            self.inner.write(batch)
+        }
+
+        fn scan(
+            &self,
+            start: &[u8],
+            end: &[u8],
+            f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+        ) -> Result<(), StoreError> {
+            self.gate.pass()?;
+            self.inner.scan(start, end, f)
+        }
+    }
+
+    /// One worker thread: while the keyed task waits in its store, the only thing that lets it
+    /// go on is a task on that same worker. Run on the worker, the store's wait would hold it
+    /// and the read would fail after 20 s; run off it, the worker runs the other task at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_keyed_task_waiting_in_its_store_does_not_hold_up_its_worker() {
+        let (release_tx, release) = std::sync::mpsc::sync_channel(1);
+        let waiting = Arc::new(Notify::new());
+        let gate = Arc::new(Gate {
+            waiting: waiting.clone(),
+            release: Mutex::new(Some(release)),
+        });
+        let releaser = tokio::spawn(async move {
+            waiting.notified().await;
+            release_tx.send(()).is_ok()
+        });
+        let env = StreamEnvironment::new();
+        env.set_parallelism(1).set_state_backend(FirstReadWaits {
+            inner: MemoryStateBackend::new(0),
+            gate,
+        });
+        let out = env
+            .from_iter((0..40u64).collect::<Vec<_>>())
+            .key_by(|v: &u64| v % 4)
+            .count_window(5)
+            .reduce(|a, b| a + b)
+            .collect();
+        env.execute("a store that waits").await.unwrap();
+        assert!(releaser.await.unwrap(), "the read waited for the releaser");
+        let mut sums = out.take();
+        sums.sort_unstable();
+        // Key k: k, k+4, ..., k+36 in two windows of five.
+        let mut expected: Vec<u64> = (0..4)
+            .flat_map(|k| {
+                [
+                    (0..5).map(|i| k + 4 * i).sum(),
+                    (5..10).map(|i| k + 4 * i).sum(),
+                ]
+            })
+            .collect();
+        expected.sort_unstable();
+        assert_eq!(sums, expected);
+    }
+}

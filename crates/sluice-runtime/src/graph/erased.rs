@@ -57,6 +57,9 @@ pub(crate) struct TaskParts {
     pub(crate) description: String,
     pub(crate) batch_size: usize,
     pub(crate) mailbox: TaskMailbox,
+    /// The chain's operators call a keyed store, whose calls may wait on disk: the task runs
+    /// its batches, watermarks and checkpoints off the runtime's workers ([`crate::task`]).
+    pub(crate) store_calls: bool,
 }
 
 /// Builds the reader of a source node, per subtask.
@@ -87,12 +90,9 @@ fn source_task<T: Data>(
     parts: TaskParts,
 ) -> Result<Box<dyn RunnableTask>, JobError> {
     let chain = downcast::<Stage<T>>(next, "a source to its chain")?;
-    Ok(Box::new(Task::new(
-        input,
-        chain,
-        parts.metrics,
-        parts.mailbox,
-    )))
+    Ok(Box::new(
+        Task::new(input, chain, parts.metrics, parts.mailbox).with_store_calls(parts.store_calls),
+    ))
 }
 
 /// Makes a fresh source reader for one subtask.
@@ -243,12 +243,10 @@ impl<In: Data, Op: Operator<In> + Clone> OperatorFactory for TypedOperator<In, O
             .map(|(_, r)| downcast::<ChannelReceiver<In>>(r, "an input channel"))
             .collect::<Result<Vec<_>, _>>()?;
         let gate = InputGate::new(receivers, parts.description);
-        Ok(Box::new(Task::new(
-            Box::new(gate),
-            head,
-            parts.metrics,
-            parts.mailbox,
-        )))
+        Ok(Box::new(
+            Task::new(Box::new(gate), head, parts.metrics, parts.mailbox)
+                .with_store_calls(parts.store_calls),
+        ))
     }
 }
 
@@ -302,12 +300,10 @@ impl<A: Data, B: Data, Op: Operator<Either<A, B>> + Clone> OperatorFactory
             })
             .collect::<Result<Vec<_>, _>>()?;
         let gate = InputGate::from_channels(channels, parts.description);
-        Ok(Box::new(Task::new(
-            Box::new(gate),
-            head,
-            parts.metrics,
-            parts.mailbox,
-        )))
+        Ok(Box::new(
+            Task::new(Box::new(gate), head, parts.metrics, parts.mailbox)
+                .with_store_calls(parts.store_calls),
+        ))
     }
 }
 

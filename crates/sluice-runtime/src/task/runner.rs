@@ -14,6 +14,13 @@
 //! by a busy one downstream. So the bottleneck reads busy and what feeds it backpressured, also
 //! inside one chain ([`charge_input_wait`]).
 //!
+//! Keyed stores: a chain whose operators call a keyed store (RocksDB) may wait on disk in a
+//! batch, a watermark (timers firing), a checkpoint (the store's flush), its opening (a restore)
+//! or its closing. It runs those off
+//! the runtime's worker with [`tokio::task::block_in_place`], as Flink runs each task on a
+//! thread of its own, so that the worker's other tasks (the job master, timers, other
+//! subtasks, the uploads) move to another thread meanwhile ([`off_worker`]).
+//!
 //! Lifecycle: running → finishing (input ended; operators drain) → lingering (with checkpointing:
 //! waits for the final checkpoint, still answering triggers) → done.
 
@@ -62,6 +69,24 @@ pub(crate) struct Task<T> {
     /// woken on this worker thread, handles the report now and not after the next slice (a
     /// checkpoint completes only once the master has every acknowledgement).
     reported: bool,
+    /// The chain calls a keyed store: its batches, watermarks and checkpoints run off the
+    /// worker ([`off_worker`]).
+    store_calls: bool,
+}
+
+/// Runs `work`, when `store_calls`, so that it may block: on a multi-threaded runtime the
+/// worker's other tasks are handed to another thread while it runs
+/// ([`tokio::task::block_in_place`]). Elsewhere (a current-thread runtime, as in tests, or no
+/// runtime) it just runs: there is no other worker to hand them to.
+fn off_worker<R>(store_calls: bool, work: impl FnOnce() -> R) -> R {
+    let multi_threaded = store_calls
+        && tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_threaded {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
+    }
 }
 
 /// The input waiting on an operator of the chain that refuses more: since when (tokio's clock,
@@ -109,17 +134,25 @@ impl<T: Send + 'static> Task<T> {
             backpressured_since: None,
             input_wait: None,
             reported: false,
+            store_calls: false,
         }
+    }
+
+    /// Marks the task's chain as one that calls a keyed store ([`off_worker`]).
+    pub(crate) fn with_store_calls(mut self, store_calls: bool) -> Self {
+        self.store_calls = store_calls;
+        self
     }
 
     /// Runs the task to the end (or until it fails), then closes its operators.
     pub(crate) async fn run(mut self) -> Result<(), TaskError> {
-        let opened = self.chain.open();
+        let store_calls = self.store_calls;
+        let opened = off_worker(store_calls, || self.chain.open());
         let result = match opened {
             Ok(()) => poll_fn(|cx| self.poll_timed(cx)).await,
             Err(e) => Err(e),
         };
-        let closed = self.chain.close();
+        let closed = off_worker(store_calls, || self.chain.close());
         result.and(closed)
     }
 
@@ -190,7 +223,8 @@ impl<T: Send + 'static> Task<T> {
         if let Some(s) = self.input.snapshot(id)? {
             states.push(s);
         }
-        self.chain.checkpoint(barrier, &mut states)?;
+        let chain = &mut self.chain;
+        off_worker(self.store_calls, || chain.checkpoint(barrier, &mut states))?;
         self.last_checkpoint = id;
         self.report(TaskReport::Ack {
             task: self.mailbox.task,
@@ -291,8 +325,14 @@ impl<T: Send + 'static> Task<T> {
             }
             budget -= 1;
             match self.input.poll_next(cx) {
-                Poll::Ready(Ok(InputEvent::Records(batch))) => self.chain.process_batch(batch)?,
-                Poll::Ready(Ok(InputEvent::Watermark(w))) => self.chain.process_watermark(w)?,
+                Poll::Ready(Ok(InputEvent::Records(batch))) => {
+                    let chain = &mut self.chain;
+                    off_worker(self.store_calls, || chain.process_batch(batch))?
+                }
+                Poll::Ready(Ok(InputEvent::Watermark(w))) => {
+                    let chain = &mut self.chain;
+                    off_worker(self.store_calls, || chain.process_watermark(w))?
+                }
                 Poll::Ready(Ok(InputEvent::Status(s))) => self.chain.process_status(s)?,
                 Poll::Ready(Ok(InputEvent::Barrier(b))) => self.take_checkpoint(b)?,
                 Poll::Ready(Ok(InputEvent::Abandoned(id))) => self.report(TaskReport::Decline {

@@ -16,8 +16,8 @@ use super::{
 };
 use crate::error::{JobError, TaskError};
 use crate::exchange::remote::{ChannelKey, DataPlane, Pump, run_with_pumps};
-use crate::graph::NodeKind;
 use crate::graph::erased::{AnyBox, OutputOps, RunnableTask, TaskParts};
+use crate::graph::{NodeKind, Partitioning, StreamGraph};
 use crate::operator::to_coordinator::CoordinatorLink;
 use crate::operator::{ContextParts, OperatorContext};
 use crate::task::control::{TaskControl, TaskMailbox};
@@ -193,6 +193,7 @@ fn build_task(
             reports: inputs.reports_tx.clone(),
             checkpointing: inputs.max_concurrent_checkpoints.is_some(),
         },
+        store_calls: calls_a_store(graph, &task.chain, &contexts.get(head, s)?),
     };
     match &graph.nodes[head.0].kind {
         NodeKind::Source(f) => f.build_task(
@@ -206,6 +207,19 @@ fn build_task(
             f.build_task(receivers, next, parts)
         }
     }
+}
+
+/// Whether a task running `chain` calls a keyed store: the job keeps keyed state in a store
+/// and an operator of the chain is keyed (its input is partitioned by key; at parallelism 1 a
+/// key-by may be chained).
+fn calls_a_store(graph: &StreamGraph, chain: &[NodeId], ctx: &OperatorContext) -> bool {
+    ctx.state_backend().store().is_some()
+        && chain.iter().any(|id| {
+            graph.nodes[id.0]
+                .inputs
+                .iter()
+                .any(|&e| graph.edges[e].partitioning == Partitioning::Hash)
+        })
 }
 
 /// The last stage of a chain's subtask `s`: a network writer per output edge of its tail
