@@ -356,18 +356,9 @@ impl RocksDbStateBackend {
     /// Removes the store directories of processes that are gone (killed before they could
     /// remove their own).
     fn sweep_dead_processes(&self) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(pid) = name.to_str().and_then(|n| n.strip_prefix('p')) else {
-                continue;
-            };
-            let pid = pid.split('-').next().unwrap_or("");
-            let alive = Path::new("/proc").join(pid).exists();
-            if !alive && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) {
-                let _ = std::fs::remove_dir_all(e.path());
+        for dir in sluice_runtime::state::dirs_of_processes_gone(&self.dir, "") {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a store directory of a process that is gone");
             }
         }
     }

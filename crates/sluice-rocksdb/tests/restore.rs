@@ -198,3 +198,21 @@ fn stores_compact_universally_unless_told_to_level() {
         ["kCompactionStyleLevel"]
     );
 }
+
+/// The first store a backend opens removes the directories that processes which are gone left
+/// below its directory, and nothing else.
+#[test]
+fn the_first_store_removes_what_processes_that_are_gone_left() {
+    let dir = tempfile::tempdir().unwrap();
+    // Beyond Linux's largest pid (2^22), so no process has it; pid 1 always runs.
+    let gone = dir.path().join("p99999999").join("op3-s0-a0-0");
+    let running = dir.path().join("p1").join("op3-s0-a0-0");
+    let other = dir.path().join("notes");
+    for d in [&gone, &running, &other] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let backend = RocksDbStateBackend::new(dir.path());
+    let _store = backend.open(&scope(0, 1, 0)).unwrap();
+    assert!(!dir.path().join("p99999999").exists());
+    assert!(running.exists() && other.exists());
+}

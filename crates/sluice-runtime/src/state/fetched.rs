@@ -63,36 +63,41 @@ fn remove_logged(path: &Path) {
     }
 }
 
-/// Removes the fetched directories in `root` of processes that are no longer running (their
-/// name holds the pid; a process is running while `/proc/<pid>` exists). Returns how many it
-/// removed. Where `/proc` is missing, it removes nothing.
+/// Removes the fetched directories in `root` of processes that are no longer running. Returns
+/// how many it removed.
 pub(crate) fn sweep_dead_processes(root: &Path) -> usize {
+    let gone = dirs_of_processes_gone(root, PREFIX);
+    for dir in &gone {
+        remove_logged(dir);
+    }
+    gone.len()
+}
+
+/// The entries of `root` named `<prefix>p<pid>-…` whose process is no longer running (a
+/// process runs while `/proc/<pid>` exists): what a process that was killed left behind, for a
+/// store backend or a restore to remove. Where `/proc` is missing it finds none, so that
+/// nothing of a running process is ever taken for a leftover.
+pub fn dirs_of_processes_gone(root: &Path, prefix: &str) -> Vec<PathBuf> {
     if !Path::new("/proc/self").exists() {
-        return 0;
+        return Vec::new();
     }
     let Ok(entries) = std::fs::read_dir(root) else {
-        return 0;
+        return Vec::new();
     };
-    let mut removed = 0;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(PREFIX))
-            .and_then(|n| n.strip_prefix('p'))
-            .and_then(|n| n.split('-').next())
-        else {
-            continue;
-        };
-        if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        if !Path::new("/proc").join(pid).exists() {
-            remove_logged(&e.path());
-            removed += 1;
-        }
-    }
-    removed
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(prefix))
+                .and_then(|n| n.strip_prefix('p'))
+                .and_then(|n| n.split('-').next())
+                .filter(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+            pid.is_some_and(|pid| !Path::new("/proc").join(pid).exists())
+        })
+        .map(|e| e.path())
+        .collect()
 }
 
 #[cfg(test)]

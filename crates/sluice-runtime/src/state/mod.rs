@@ -36,7 +36,7 @@ pub use backend::{
 pub(crate) use backend::{key_prefix, prefix_end, state_id};
 pub use deferred::Deferred;
 pub(crate) use deferred::Part;
-pub use fetched::FetchedDir;
+pub use fetched::{FetchedDir, dirs_of_processes_gone};
 pub use keyed::{AttachKeyedState, KeyedListState, MapState, ValueState};
 pub use list::ListState;
 pub(crate) use redistribute::redistribute;
