@@ -11,8 +11,8 @@
 //! ends just before a checkpoint costs the checkpoint the wait, not the upload; and a file a
 //! checkpoint in flight names is left to that checkpoint.
 //!
-//! One task per store, on a thread of the process's own (`runtime`, so that keyed tasks
-//! blocked in the store's calls on the job's workers do not delay it), every [`EVERY`]: ask the store for the files nobody uploaded yet
+//! One task per store, on a thread of the process's own (`runtime`, so that nothing busy on
+//! the job's workers delays it), every [`EVERY`]: ask the store for the files nobody uploaded yet
 //! ([`KeyedStore::files_to_upload_ahead`]) and start their uploads, then delete from the shared
 //! area the files uploaded ahead that compaction removed before any checkpoint took them
 //! ([`KeyedStore::take_orphans`]). Each upload is reported as it ends
@@ -49,12 +49,13 @@ pub(crate) fn spawn(store: &Arc<dyn KeyedStore>, storage: Arc<dyn CheckpointStor
 }
 
 /// The runtime of the uploads ahead: one thread for the process, started on first use. The
-/// looks run there and not on the job's workers, where keyed tasks block in the store's calls
-/// (RocksDB's reads, and writes that wait for a flush): with four keyed subtasks on two
-/// workers a look ran a median 132 ms and up to 442 ms after its tick, so merges' outputs
-/// waited for their uploads ahead and checkpoints listed them first (BENCHMARKS.md, "Uploads
-/// ahead that do not wait for each other"). `None` if the thread cannot start; the uploads
-/// ahead then run on the job's runtime.
+/// looks run there and not on the job's workers, where they queued behind the tasks: with four
+/// keyed subtasks on two workers, before those ran their store calls off the workers
+/// (`task/runner.rs`), a look ran a median 132 ms and up to 442 ms after its tick, so merges'
+/// outputs waited for their uploads ahead and checkpoints listed them first (BENCHMARKS.md,
+/// "Uploads ahead that do not wait for each other"). A thread of their own keeps them on time
+/// whatever else the workers run (a source or a sink of the user's that blocks). `None` if the
+/// thread cannot start; the uploads ahead then run on the job's runtime.
 fn runtime() -> Option<tokio::runtime::Handle> {
     static AHEAD: std::sync::OnceLock<Option<tokio::runtime::Handle>> = std::sync::OnceLock::new();
     AHEAD
