@@ -47,7 +47,11 @@ pub(crate) trait RunnableTask: Send {
 
 impl<T: Send + 'static> RunnableTask for Task<T> {
     fn run(self: Box<Self>) -> BoxFuture<'static, Result<(), TaskError>> {
-        Box::pin((*self).run())
+        if self.calls_a_store() {
+            crate::task::runner::on_a_thread_of_its_own(Box::pin((*self).run()))
+        } else {
+            Box::pin((*self).run())
+        }
     }
 }
 
