@@ -47,11 +47,7 @@ pub(crate) trait RunnableTask: Send {
 
 impl<T: Send + 'static> RunnableTask for Task<T> {
     fn run(self: Box<Self>) -> BoxFuture<'static, Result<(), TaskError>> {
-        if self.calls_a_store() {
-            crate::task::runner::on_a_thread_of_its_own(Box::pin((*self).run()))
-        } else {
-            Box::pin((*self).run())
-        }
+        Box::pin((*self).run())
     }
 }
 

@@ -16,11 +16,10 @@
 //!
 //! Keyed stores: a chain whose operators call a keyed store (RocksDB) may wait on disk in a
 //! batch, a watermark (timers firing), a checkpoint (the store's flush), its opening (a restore)
-//! or its closing. On a multi-threaded runtime such a task runs on a thread of its own, as
-//! Flink runs every task, driving its loop with the runtime's handle
-//! ([`on_a_thread_of_its_own`]), so that the runtime's workers stay free for the job master,
-//! timers and the other tasks. Where that thread cannot start, it runs those calls inside
-//! [`tokio::task::block_in_place`] on its worker instead ([`off_worker`]).
+//! or its closing. It runs those off
+//! the runtime's worker with [`tokio::task::block_in_place`], as Flink runs each task on a
+//! thread of its own, so that the worker's other tasks (the job master, timers, other
+//! subtasks, the uploads) move to another thread meanwhile ([`off_worker`]).
 //!
 //! Lifecycle: running → finishing (input ended; operators drain) → lingering (with checkpointing:
 //! waits for the final checkpoint, still answering triggers) → done.
@@ -73,69 +72,6 @@ pub(crate) struct Task<T> {
     /// The chain calls a keyed store: its batches, watermarks and checkpoints run off the
     /// worker ([`off_worker`]).
     store_calls: bool,
-}
-
-/// The thread name of a task that calls a keyed store.
-const TASK_THREAD: &str = "sluice-keyed";
-
-/// A task's loop, boxed.
-pub(crate) type BoxedRun = futures::future::BoxFuture<'static, Result<(), TaskError>>;
-
-/// `task`, run on a thread of its own that drives it with the current runtime's handle (its
-/// timers, channels and spawned tasks are the runtime's), when the runtime is multi-threaded;
-/// `task` as it is otherwise (a current-thread runtime, as in tests, has no worker to spare),
-/// or if the thread cannot start. Dropping the returned future (the job stopping the task)
-/// stops the task at its next poll; a panic in it is raised again where the future is polled,
-/// as it would have been on a worker.
-pub(crate) fn on_a_thread_of_its_own(task: BoxedRun) -> BoxedRun {
-    use futures::future::{AbortHandle, Abortable, Aborted};
-    /// Stops the task on its thread when the future that waits for it is dropped.
-    struct StopOnDrop(AbortHandle);
-    impl Drop for StopOnDrop {
-        fn drop(&mut self) {
-            self.0.abort();
-        }
-    }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return task;
-    };
-    if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
-        return task;
-    }
-    let (give, take) = std::sync::mpsc::sync_channel::<BoxedRun>(1);
-    let (done, outcome) = tokio::sync::oneshot::channel();
-    let (stop, registration) = AbortHandle::new_pair();
-    let spawned = std::thread::Builder::new()
-        .name(TASK_THREAD.into())
-        .spawn(move || {
-            let Ok(task) = take.recv() else {
-                return;
-            };
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                runtime.block_on(Abortable::new(task, registration))
-            }));
-            let _ = done.send(ran);
-        });
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "cannot start a thread for a keyed task; it runs on the workers");
-        return task;
-    }
-    if let Err(std::sync::mpsc::SendError(task)) = give.send(task) {
-        return task;
-    }
-    Box::pin(async move {
-        let _stop = StopOnDrop(stop);
-        match outcome.await {
-            Ok(Ok(Ok(result))) => result,
-            Ok(Ok(Err(Aborted))) => Err(TaskError::Internal(
-                "a keyed task was stopped on its thread".into(),
-            )),
-            Ok(Err(panic)) => std::panic::resume_unwind(panic),
-            Err(_) => Err(TaskError::Internal(
-                "the thread of a keyed task ended without its outcome".into(),
-            )),
-        }
-    })
 }
 
 /// Runs `work`, when `store_calls`, so that it may block: on a multi-threaded runtime the
@@ -206,11 +142,6 @@ impl<T: Send + 'static> Task<T> {
     pub(crate) fn with_store_calls(mut self, store_calls: bool) -> Self {
         self.store_calls = store_calls;
         self
-    }
-
-    /// Whether the task's chain calls a keyed store.
-    pub(crate) fn calls_a_store(&self) -> bool {
-        self.store_calls
     }
 
     /// Runs the task to the end (or until it fails), then closes its operators.
