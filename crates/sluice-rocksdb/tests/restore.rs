@@ -216,3 +216,47 @@ fn the_first_store_removes_what_processes_that_are_gone_left() {
     assert!(!dir.path().join("p99999999").exists());
     assert!(running.exists() && other.exists());
 }
+
+/// A cancelled job has let go of its stores when it ends: a second job in the same process, on
+/// the same directory, opens the store at the same place (RocksDB locks a directory per
+/// process, so a store still open would fail the second job's open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_job_has_closed_its_stores_when_it_ends() {
+    use sluice_runtime::prelude::*;
+    let dir = tempfile::tempdir().unwrap();
+    let first = StreamEnvironment::new();
+    first
+        .set_parallelism(1)
+        .set_state_backend(RocksDbStateBackend::new(dir.path()));
+    let seen = Arc::new(tokio::sync::Notify::new());
+    let tell = seen.clone();
+    first
+        .from_generator(Generator::new(|i| i))
+        .key_by(|v: &u64| v % 16)
+        .count_window(3)
+        .reduce(|a, b| a + b)
+        .map(move |v| {
+            tell.notify_one();
+            v
+        })
+        .discard();
+    let job = first.submit("endless").unwrap();
+    seen.notified().await;
+    job.cancel();
+    let _ = job.await;
+
+    let second = StreamEnvironment::new();
+    second
+        .set_parallelism(1)
+        .set_state_backend(RocksDbStateBackend::new(dir.path()));
+    let out = second
+        .from_iter((0..6u64).collect::<Vec<_>>())
+        .key_by(|v: &u64| v % 2)
+        .count_window(3)
+        .reduce(|a, b| a + b)
+        .collect();
+    second.execute("after the cancel").await.unwrap();
+    let mut sums = out.take();
+    sums.sort_unstable();
+    assert_eq!(sums, vec![6, 9]);
+}
