@@ -50,15 +50,9 @@ pub(crate) fn wait<T: Send + 'static>(handle: tokio::task::JoinHandle<T>) -> Res
 pub(crate) fn wait_join<T: Send + 'static>(
     handle: tokio::task::JoinHandle<T>,
 ) -> Result<T, tokio::task::JoinError> {
-    let wait = move || futures::executor::block_on(handle);
     // On a current-thread runtime (or none) nothing else can be moved off this thread; the
     // future runs on the I/O runtime, so waiting here cannot deadlock.
-    match tokio::runtime::Handle::try_current() {
-        Ok(current) if current.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(wait)
-        }
-        _ => wait(),
-    }
+    sluice_runtime::operator::blocking(move || futures::executor::block_on(handle))
 }
 
 /// Runs `future` on the I/O runtime and waits for its output.

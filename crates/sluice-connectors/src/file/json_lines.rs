@@ -1,10 +1,10 @@
 //! [`JsonLinesSink`]: one JSON document per line, committed exactly once.
 
-use super::blocking::blocking;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sluice_core::{CheckpointId, UserError};
 use sluice_runtime::OperatorContext;
 use sluice_runtime::api::TwoPhaseCommitSink;
+use sluice_runtime::operator::blocking;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::marker::PhantomData;

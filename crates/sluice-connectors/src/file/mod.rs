@@ -7,7 +7,6 @@
 //! `.jsonl` files therefore sees every record exactly once after any number of failures. The run
 //! tag differs per attempt, so file names never collide across restarts or runs.
 
-mod blocking;
 mod json_lines;
 
 pub use json_lines::{FileError, JsonLinesSink, JsonTransaction, read_committed};

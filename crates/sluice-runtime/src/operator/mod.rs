@@ -38,12 +38,14 @@
 //! assert_eq!(counts, vec![(1, 1), (1, 2), (1, 3), (2, 1)]);
 //! ```
 
+mod blocking;
 mod builtin;
 mod collector;
 mod context;
 mod source_head;
 pub(crate) mod to_coordinator;
 
+pub use blocking::blocking;
 pub(crate) use builtin::{FilterOp, FlatMapOp, IdentityOp, MapOp};
 pub use collector::Collector;
 pub(crate) use context::ContextParts;

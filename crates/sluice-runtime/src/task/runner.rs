@@ -74,16 +74,11 @@ pub(crate) struct Task<T> {
     store_calls: bool,
 }
 
-/// Runs `work`, when `store_calls`, so that it may block: on a multi-threaded runtime the
-/// worker's other tasks are handed to another thread while it runs
-/// ([`tokio::task::block_in_place`]). Elsewhere (a current-thread runtime, as in tests, or no
-/// runtime) it just runs: there is no other worker to hand them to.
+/// Runs `work`, when `store_calls`, through [`crate::operator::blocking`], so that it may
+/// block: the worker's other tasks move to another thread while it runs.
 fn off_worker<R>(store_calls: bool, work: impl FnOnce() -> R) -> R {
-    let multi_threaded = store_calls
-        && tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if multi_threaded {
-        tokio::task::block_in_place(work)
+    if store_calls {
+        crate::operator::blocking(work)
     } else {
         work()
     }
