@@ -24,6 +24,18 @@ pub const DEFAULT_MEMORY_BUDGET: usize = 256 << 20;
 const UNIVERSAL_TRIGGER: i32 = 8;
 /// Fewest sorted runs a universal compaction merges.
 const UNIVERSAL_MIN_MERGE_WIDTH: i32 = 4;
+/// Files in level 0 (with universal compaction: sorted runs) at which RocksDB slows writes, and
+/// at which a checkpoint's flush waits. RocksDB's 20 is reached while a long merge runs (the
+/// whole state after a load: 9 s at 400 MB, flushes adding a run every half second): writes
+/// then crawl, and `Checkpoint::create_checkpoint`, whose flush may not stall writes
+/// (`FlushOptions::allow_write_stall` is false there and not settable from Rust), waits for the
+/// merge to end. The checkpoint then lists the merge's output a fraction of a millisecond
+/// after it appears, before any upload ahead has started, and uploads the whole state itself
+/// (BENCHMARKS.md, "The checkpoint that waited for a merge"). Sixty-four keeps both out of the
+/// way of any merge the sizes here make.
+const L0_SLOWDOWN_TRIGGER: i32 = 64;
+/// Files in level 0 at which RocksDB stops writes until a merge ends.
+const L0_STOP_TRIGGER: i32 = 80;
 
 /// How RocksDB merges its table files, which sets how much each incremental checkpoint
 /// uploads: a compaction's output files are new files, so a checkpoint after a compaction
@@ -233,6 +245,8 @@ impl RocksDbStateBackend {
             }
             Compaction::Leveled => o.set_level_compaction_dynamic_level_bytes(true),
         }
+        o.set_level_zero_slowdown_writes_trigger(L0_SLOWDOWN_TRIGGER);
+        o.set_level_zero_stop_writes_trigger(L0_STOP_TRIGGER);
         // A bloom filter over each memtable's keys (a tenth of the write buffer, inside it): a
         // read of a key the memtable lacks, every new key while loading, skips its skip list.
         o.set_memtable_prefix_bloom_ratio(0.1);

@@ -834,4 +834,35 @@ mod tests {
         assert_eq!(seen, want);
         assert_eq!(seen.iter().filter(|(_, v)| v.is_none()).count(), 100);
     }
+
+    /// Thirty sorted runs, as a long merge lets flushes pile up: at RocksDB's own trigger (20)
+    /// writes slow down, and a checkpoint's flush, which waits while one more run would slow
+    /// them, waits for the merge to end; at the store's (64) neither happens.
+    #[test]
+    fn sorted_runs_piling_up_behind_a_merge_do_not_slow_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = incremental_store(dir.path());
+        let db = store.db().unwrap();
+        db.set_options(&[("disable_auto_compactions", "true")])
+            .unwrap();
+        for i in 0..30 {
+            flushed(&store, i * 10, 10);
+        }
+        assert_eq!(store.int_property("rocksdb.num-files-at-level0"), 30);
+        // Merges on again, but none due before 100 runs, so that nothing merges the thirty
+        // while the stall conditions, worked out as the options change, are read.
+        db.set_options(&[
+            ("disable_auto_compactions", "false"),
+            ("level0_file_num_compaction_trigger", "100"),
+        ])
+        .unwrap();
+        assert_eq!(
+            store.int_property("rocksdb.actual-delayed-write-rate"),
+            0,
+            "writes slowed at 30 sorted runs"
+        );
+        assert_eq!(store.int_property("rocksdb.is-write-stopped"), 0);
+        let handle = store.snapshot_files(CheckpointId(1)).unwrap().unwrap();
+        assert!(!handle.shared.is_empty());
+    }
 }
