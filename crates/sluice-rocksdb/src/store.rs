@@ -849,11 +849,11 @@ mod tests {
             flushed(&store, i * 10, 10);
         }
         assert_eq!(store.int_property("rocksdb.num-files-at-level0"), 30);
-        // Merges on again, but none due before 100 runs, so that nothing merges the thirty
+        // Merges on again, but none due before 31 runs, so that nothing merges the thirty
         // while the stall conditions, worked out as the options change, are read.
         db.set_options(&[
             ("disable_auto_compactions", "false"),
-            ("level0_file_num_compaction_trigger", "100"),
+            ("level0_file_num_compaction_trigger", "31"),
         ])
         .unwrap();
         assert_eq!(
