@@ -17,6 +17,16 @@
 //! So one store with one state (a keyed operator at parallelism 1) uses `5B/8`, two use all of
 //! `B`, and more share it; only the floors (1 MiB per write buffer, 16 values per state) can
 //! take more, with very many stores on a small budget.
+//!
+//! And one rule for what the block cache keeps ([`fill_block_cache`]): the blocks a
+//! batched read brings in (mostly data blocks: a table file's index and filter partitions are
+//! loaded when it opens) go into the cache only while the stores' files (counted as this
+//! store's times the stores open) are under [`FILL_LIMIT`] times the cache. Beyond that a
+//! random key's block is in the cache less than one time in four, the value caches in front
+//! already keep the hot keys, and inserting every block read (a lock, a hash insert, an
+//! eviction, a free) cost more than the hits gave back: at 22 M keys, 428 MB of files and a
+//! 64 MiB cache, 7.5 % of data blocks were hits, and reads without filling served 36 % more
+//! updates per second (BENCHMARKS.md, "Reads that do not fill the block cache").
 
 /// The parts of a memory budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +57,16 @@ pub(crate) fn split(budget: usize) -> Split {
         value_caches_total: budget / 2,
         value_cache: (budget / 4).max(64 << 10),
     }
+}
+
+/// How many times the block cache the stores' files may be while batched reads still fill it.
+pub(crate) const FILL_LIMIT: u64 = 4;
+
+/// Whether a batched read of a store whose table files take `store_files` bytes, one of
+/// `stores` open stores sharing a block cache of `block_cache` bytes, puts the blocks it reads
+/// into the cache.
+pub(crate) fn fill_block_cache(store_files: u64, stores: usize, block_cache: usize) -> bool {
+    store_files.saturating_mul(stores.max(1) as u64) < FILL_LIMIT.saturating_mul(block_cache as u64)
 }
 
 /// Bytes of one write buffer of each of `stores` open stores.
@@ -84,6 +104,23 @@ mod tests {
         }
         // the floor: 1 MiB
         assert_eq!(write_buffer(&s, 1000), MIB);
+    }
+
+    #[test]
+    fn batched_reads_fill_the_block_cache_only_while_the_files_are_under_four_times_it() {
+        let cache = 64 * MIB;
+        // The large-state benchmark's store: 428 MB of files.
+        assert!(!fill_block_cache(428_000_000, 1, cache));
+        // A state that fits: a few times less than the cache.
+        assert!(fill_block_cache(20_000_000, 1, cache));
+        assert!(fill_block_cache(255 * MIB as u64, 1, cache));
+        assert!(!fill_block_cache(256 * MIB as u64, 1, cache));
+        // Four stores of 108 MB share the cache: 432 MB in all.
+        assert!(!fill_block_cache(108_000_000, 4, cache));
+        assert!(fill_block_cache(60_000_000, 4, cache));
+        // No cache at all, or an empty store.
+        assert!(!fill_block_cache(1, 1, 0));
+        assert!(fill_block_cache(0, 1, cache));
     }
 
     #[test]

@@ -167,24 +167,39 @@ pub(crate) fn group_bounds(groups: &Range<usize>) -> (Vec<u8>, Vec<u8>) {
 }
 
 impl RocksDbStore {
-    /// Reads `keys` (sorted) with one `MultiGet`, calling `f` with each value in key order.
+    /// Reads `keys` (sorted) with one `MultiGet`, calling `f` with each value in key order;
+    /// the blocks read go into the block cache if `fill`.
     fn multi_get(
         &self,
         keys: &[Vec<u8>],
+        fill: bool,
         f: &mut dyn FnMut(Option<&[u8]>),
     ) -> Result<(), StoreError> {
-        multi_get(self.db()?, keys, f).map_err(|e| self.io("read", e))
+        multi_get(self.db()?, keys, fill, f).map_err(|e| self.io("read", e))
+    }
+
+    /// Whether a batched read now fills the block cache (`budget::fill_block_cache`).
+    fn fills_cache(&self) -> bool {
+        self.buffers
+            .fill_block_cache(self.int_property("rocksdb.total-sst-files-size"))
     }
 }
 
 /// Reads `keys` (sorted) from `db` with one `MultiGet`, calling `f` with each value in key
-/// order.
-fn multi_get(db: &DB, keys: &[Vec<u8>], f: &mut dyn FnMut(Option<&[u8]>)) -> Result<(), String> {
+/// order; the blocks read go into the block cache if `fill`.
+fn multi_get(
+    db: &DB,
+    keys: &[Vec<u8>],
+    fill: bool,
+    f: &mut dyn FnMut(Option<&[u8]>),
+) -> Result<(), String> {
     let cf = db
         .cf_handle(rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
         .ok_or_else(|| "the default column family is missing".to_string())?;
+    let mut read = rocksdb::ReadOptions::default();
+    read.fill_cache(fill);
     // The keys come sorted: RocksDB then skips sorting them again.
-    for value in db.batched_multi_get_cf(cf, keys, true) {
+    for value in db.batched_multi_get_cf_opt(cf, keys, true, &read) {
         f(value.map_err(|e| e.to_string())?.as_deref());
     }
     Ok(())
@@ -203,6 +218,8 @@ struct SharedRead {
     /// Whose chunks; a helper that takes a chunk finds it alive, as the reader waits for it.
     db: std::sync::Weak<DB>,
     keys: Vec<Vec<u8>>,
+    /// Whether the blocks read go into the block cache.
+    fill: bool,
     /// The next chunk to take.
     next: std::sync::atomic::AtomicUsize,
     /// What helpers read, by chunk.
@@ -229,8 +246,10 @@ impl SharedRead {
             let read = match self.db.upgrade() {
                 Some(db) => {
                     let mut values = Vec::with_capacity(keys.len());
-                    multi_get(&db, keys, &mut |v| values.push(v.map(<[u8]>::to_vec)))
-                        .map(|()| values)
+                    multi_get(&db, keys, self.fill, &mut |v| {
+                        values.push(v.map(<[u8]>::to_vec))
+                    })
+                    .map(|()| values)
                 }
                 None => Err("the store is closed".to_string()),
             };
@@ -283,13 +302,14 @@ impl KeyedStore for RocksDbStore {
         f: &mut dyn FnMut(usize, Option<&[u8]>),
     ) -> Result<(), StoreError> {
         self.reads.fetch_add(keys.len() as u64, Ordering::Relaxed);
+        let fill = self.fills_cache();
         let pool = match &self.readers {
             // Fewer than two chunks stay on the caller's thread: handing one to a helper would
             // cost about what it saves.
             Some(pool) if keys.len() >= 2 * CHUNK => pool,
             _ => {
                 let mut i = 0;
-                return self.multi_get(keys, &mut |v| {
+                return self.multi_get(keys, fill, &mut |v| {
                     f(i, v);
                     i += 1;
                 });
@@ -302,6 +322,7 @@ impl KeyedStore for RocksDbStore {
         let shared = Arc::new(SharedRead {
             db: Arc::downgrade(db),
             keys: keys.to_vec(),
+            fill,
             next: Default::default(),
             done: Mutex::new(vec![None; keys.len().div_ceil(CHUNK)]),
             ready: Default::default(),
@@ -314,7 +335,7 @@ impl KeyedStore for RocksDbStore {
         while let Some((c, start, chunk)) = shared.take() {
             mine[c] = true;
             let mut i = start;
-            self.multi_get(chunk, &mut |v| {
+            self.multi_get(chunk, fill, &mut |v| {
                 f(i, v);
                 i += 1;
             })?;
@@ -864,5 +885,66 @@ mod tests {
         assert_eq!(store.int_property("rocksdb.is-write-stopped"), 0);
         let handle = store.snapshot_files(CheckpointId(1)).unwrap().unwrap();
         assert!(!handle.shared.is_empty());
+    }
+
+    /// Opens a store on a 4 MiB budget (a 1 MiB block cache) holding `n` keys with 200-byte
+    /// values that do not compress, flushed into table files; reads every other of the first
+    /// 2,000 keys in one batch and returns by how much the block cache grew.
+    fn cache_growth_of_a_batched_read(n: u32) -> usize {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = RocksDbStateBackend::new(dir.path())
+            .memory_budget(4 << 20)
+            .read_threads(1);
+        let scope = StoreScope {
+            node: NodeId(1),
+            operator_name: "fill".into(),
+            subtask: 0,
+            attempt: 0,
+            max_parallelism: 4,
+            parallelism: 1,
+        };
+        let store = backend
+            .open_dir(&scope, backend.fresh_dir(&scope).unwrap())
+            .unwrap();
+        let key = |i: u32| [&[0u8, 0][..], &i.to_be_bytes()].concat();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for chunk in (0..n).collect::<Vec<_>>().chunks(1_000) {
+            let batch = chunk
+                .iter()
+                .map(|&i| {
+                    let value = (0..25)
+                        .flat_map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            x.to_le_bytes()
+                        })
+                        .collect();
+                    (key(i), Some(value))
+                })
+                .collect();
+            store.write(batch).unwrap();
+        }
+        store.db().unwrap().flush().unwrap();
+        let keys: Vec<Vec<u8>> = (0..2_000).step_by(2).map(key).collect();
+        let before = backend.block_cache_usage();
+        let mut found = 0;
+        store
+            .get_many(&keys, &mut |_, v| found += usize::from(v.is_some()))
+            .unwrap();
+        assert_eq!(found, 1_000);
+        backend.block_cache_usage().saturating_sub(before)
+    }
+
+    /// Batched reads put the blocks they read into the block cache while the store's files are
+    /// small beside it, and leave it alone once they are over four times its size.
+    #[test]
+    fn batched_reads_stop_filling_the_block_cache_once_the_files_outgrow_it() {
+        // 2,000 keys: 400 KB of files beside a 1 MiB cache; the read touches about 100 blocks.
+        let small = cache_growth_of_a_batched_read(2_000);
+        assert!(small >= 200 << 10, "the cache grew by {small} bytes only");
+        // 40,000 keys: 8 MB of files; filling, the same read would add about as much.
+        let large = cache_growth_of_a_batched_read(40_000);
+        assert!(large < 100 << 10, "the cache grew by {large} bytes");
     }
 }

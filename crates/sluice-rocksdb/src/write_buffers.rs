@@ -58,6 +58,17 @@ impl WriteBufferShare {
         budget::write_buffer(&p.split, p.stores.load(Ordering::Relaxed))
     }
 
+    /// Whether a batched read of a store whose table files take `store_files` bytes fills the
+    /// block cache ([`budget::fill_block_cache`], with the stores open now).
+    pub(crate) fn fill_block_cache(&self, store_files: u64) -> bool {
+        let p = &self.pool;
+        budget::fill_block_cache(
+            store_files,
+            p.stores.load(Ordering::Relaxed),
+            p.split.block_cache,
+        )
+    }
+
     /// The new size of each write buffer when a store opened or closed since the last call
     /// (one atomic load when none did).
     pub(crate) fn changed(&self) -> Option<usize> {
