@@ -150,11 +150,12 @@ pub struct StoreStats {
     pub memory_bytes: u64,
     /// Bytes the store's files take on disk.
     pub disk_bytes: u64,
-    /// Block cache hits since the store opened.
+    /// Blocks the store's reads found in its block cache since it opened.
     pub cache_hits: u64,
-    /// Block cache misses since the store opened.
+    /// Blocks the store's reads did not find in its block cache (and read from its files)
+    /// since it opened.
     pub cache_misses: u64,
-    /// Compactions run since the store opened.
+    /// Compactions (merges of its files, not memtable flushes) run since the store opened.
     pub compactions: u64,
 }
 
