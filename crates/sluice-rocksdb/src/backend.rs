@@ -37,18 +37,6 @@ const L0_SLOWDOWN_TRIGGER: i32 = 64;
 /// Files in level 0 at which RocksDB stops writes until a merge ends.
 const L0_STOP_TRIGGER: i32 = 80;
 
-/// Bytes of each partition of a table file's index and bloom filter (RocksDB's
-/// `metadata_block_size`, 4 KiB by default). A read looks up, in every sorted run it passes, the
-/// filter partition of its key, and in the run that holds the key the index partition: with
-/// 64 KiB partitions a file has a sixteenth as many, the pinned top level that finds them is a
-/// sixteenth as long, and the sorted keys of a batched read share partitions instead of each
-/// taking its own from the block cache (a hash lookup under a lock). At 22 M keys this served a
-/// third more updates and a quarter more loads (BENCHMARKS.md, "Statistics off, larger metadata
-/// blocks"). 256 KiB loaded faster still but updated slower, and its blocks, each allocated
-/// when the cache loads one and freed when it evicts one, grew the process's heap past the
-/// budget.
-const METADATA_BLOCK_SIZE: usize = 64 << 10;
-
 /// How RocksDB merges its table files, which sets how much each incremental checkpoint
 /// uploads: a compaction's output files are new files, so a checkpoint after a compaction
 /// uploads them all.
@@ -237,7 +225,6 @@ impl RocksDbStateBackend {
         table.set_partition_filters(true);
         table.set_index_type(BlockBasedIndexType::TwoLevelIndexSearch);
         table.set_pin_top_level_index_and_filter(true);
-        table.set_metadata_block_size(METADATA_BLOCK_SIZE);
         table.set_bloom_filter(10.0, false);
         let mut o = Options::default();
         o.create_if_missing(true);
