@@ -64,6 +64,29 @@ pub(crate) struct Ahead {
     done: BTreeMap<String, String>,
     /// Being uploaded.
     started: BTreeSet<String>,
+    /// Checkpoint snapshots being taken. While any is, no file is given as an orphan: one a
+    /// snapshot links may be compacted away before the snapshot records it as pending.
+    snapshots: usize,
+}
+
+/// A checkpoint's snapshot being taken (counted in [`Ahead::snapshots`] while it lives). The
+/// snapshot holds no lock while RocksDB flushes and links its files, so uploads ahead go on
+/// meanwhile: a merge that ends during the flush starts its upload ahead, and the checkpoint
+/// that lists its output joins that upload instead of writing the file itself.
+struct Snapshotting<'a>(&'a Mutex<Ahead>);
+
+impl<'a> Snapshotting<'a> {
+    fn begin(ahead: &'a Mutex<Ahead>) -> Self {
+        sluice_core::sync::lock(ahead).snapshots += 1;
+        Snapshotting(ahead)
+    }
+}
+
+impl Drop for Snapshotting<'_> {
+    fn drop(&mut self) {
+        let mut ahead = sluice_core::sync::lock(self.0);
+        ahead.snapshots = ahead.snapshots.saturating_sub(1);
+    }
 }
 
 impl Incremental {
@@ -119,6 +142,14 @@ impl RocksDbStore {
             .and_then(|db| db.property_int_value(name).ok().flatten())
             .unwrap_or(0)
     }
+
+    /// A text property of RocksDB's; empty when the store is closed or RocksDB has none.
+    fn str_property(&self, name: &str) -> String {
+        self.db
+            .as_ref()
+            .and_then(|db| db.property_value(name).ok().flatten())
+            .unwrap_or_default()
+    }
 }
 
 impl RocksDbStore {
@@ -127,6 +158,66 @@ impl RocksDbStore {
         if let Some(inc) = &self.incremental {
             sluice_core::sync::lock(&inc.confirmed).extend(shared.iter().cloned());
         }
+    }
+
+    /// [`KeyedStore::snapshot_files`], running `between` after RocksDB linked the files and
+    /// before they are classified (tests interleave uploads ahead and compactions there).
+    fn snapshot_files_then(
+        &self,
+        checkpoint: CheckpointId,
+        between: impl FnOnce(),
+    ) -> Result<Option<StoreHandle>, StoreError> {
+        let Some(inc) = &self.incremental else {
+            return Ok(None);
+        };
+        // Lives until the checkpoint's files are recorded as pending, so that no file it
+        // takes can be found an orphan in between (see `take_orphans`).
+        let _snapshotting = Snapshotting::begin(&inc.ahead);
+        let dir = inc.staging.join(format!("{}-chk{}", inc.uid, checkpoint.0));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| self.io("checkpoint", format!("clearing {}: {e}", dir.display())))?;
+        }
+        let Some(files) = self.checkpoint_files(&dir)? else {
+            return Ok(None);
+        };
+        between();
+        // Taken after the flush: a file uploaded ahead meanwhile is known as such.
+        let ahead = sluice_core::sync::lock(&inc.ahead);
+        let confirmed = sluice_core::sync::lock(&inc.confirmed);
+        let (mut shared, mut private, mut named) = (Vec::new(), Vec::new(), Vec::new());
+        for (name, length) in files.files {
+            if name.ends_with(".sst") {
+                let known = confirmed.get(&name).or_else(|| ahead.done.get(&name));
+                let key = known
+                    .cloned()
+                    .unwrap_or_else(|| format!("{}-{name}", inc.uid));
+                named.push((name.clone(), key.clone()));
+                shared.push(SharedFile {
+                    name,
+                    key,
+                    length,
+                    uploaded: known.is_some(),
+                });
+            } else {
+                let path = dir.join(&name);
+                let bytes = std::fs::read(&path).map_err(|e| {
+                    self.io("checkpoint", format!("reading {}: {e}", path.display()))
+                })?;
+                private.push((name, bytes));
+            }
+        }
+        drop(confirmed);
+        sluice_core::sync::lock(&inc.pending).insert(checkpoint, named);
+        drop(ahead);
+        Ok(Some(StoreHandle {
+            backend: "rocksdb".into(),
+            key_groups: self.key_groups.clone(),
+            shared,
+            private,
+            local: Some(dir),
+            fetched: None,
+        }))
     }
 
     /// Deletes every entry outside key groups `groups` (after opening another subtask's files).
@@ -434,54 +525,7 @@ impl KeyedStore for RocksDbStore {
     }
 
     fn snapshot_files(&self, checkpoint: CheckpointId) -> Result<Option<StoreHandle>, StoreError> {
-        let Some(inc) = &self.incremental else {
-            return Ok(None);
-        };
-        // Held until the checkpoint's files are recorded as pending, so that no file it takes
-        // can be found an orphan in between (see `take_orphans`).
-        let ahead = sluice_core::sync::lock(&inc.ahead);
-        let dir = inc.staging.join(format!("{}-chk{}", inc.uid, checkpoint.0));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| self.io("checkpoint", format!("clearing {}: {e}", dir.display())))?;
-        }
-        let Some(files) = self.checkpoint_files(&dir)? else {
-            return Ok(None);
-        };
-        let confirmed = sluice_core::sync::lock(&inc.confirmed);
-        let (mut shared, mut private, mut named) = (Vec::new(), Vec::new(), Vec::new());
-        for (name, length) in files.files {
-            if name.ends_with(".sst") {
-                let known = confirmed.get(&name).or_else(|| ahead.done.get(&name));
-                let key = known
-                    .cloned()
-                    .unwrap_or_else(|| format!("{}-{name}", inc.uid));
-                named.push((name.clone(), key.clone()));
-                shared.push(SharedFile {
-                    name,
-                    key,
-                    length,
-                    uploaded: known.is_some(),
-                });
-            } else {
-                let path = dir.join(&name);
-                let bytes = std::fs::read(&path).map_err(|e| {
-                    self.io("checkpoint", format!("reading {}: {e}", path.display()))
-                })?;
-                private.push((name, bytes));
-            }
-        }
-        drop(confirmed);
-        sluice_core::sync::lock(&inc.pending).insert(checkpoint, named);
-        drop(ahead);
-        Ok(Some(StoreHandle {
-            backend: "rocksdb".into(),
-            key_groups: self.key_groups.clone(),
-            shared,
-            private,
-            local: Some(dir),
-            fetched: None,
-        }))
+        self.snapshot_files_then(checkpoint, || {})
     }
 
     fn checkpoint_complete(&self, checkpoint: CheckpointId) {
@@ -571,7 +615,7 @@ impl KeyedStore for RocksDbStore {
             return Ok(Vec::new());
         };
         let mut ahead = sluice_core::sync::lock(&inc.ahead);
-        if ahead.done.is_empty() {
+        if ahead.done.is_empty() || ahead.snapshots > 0 {
             return Ok(Vec::new());
         }
         // Listed after `ahead` is held: a checkpoint cannot take a file in between.
@@ -598,15 +642,7 @@ impl KeyedStore for RocksDbStore {
     }
 
     fn stats(&self) -> StoreStats {
-        let cfstats = self
-            .db
-            .as_ref()
-            .and_then(|db| {
-                db.property_value("rocksdb.cfstats-no-file-histogram")
-                    .ok()
-                    .flatten()
-            })
-            .unwrap_or_default();
+        let cfstats = self.str_property("rocksdb.cfstats-no-file-histogram");
         StoreStats {
             memory_bytes: self.int_property("rocksdb.cur-size-all-mem-tables")
                 + self.int_property("rocksdb.estimate-table-readers-mem"),
@@ -834,6 +870,50 @@ mod tests {
             handle.shared.iter().all(|f| f.uploaded),
             "the compacted file was uploaded ahead: {handle:?}"
         );
+    }
+
+    #[test]
+    fn uploads_ahead_go_on_while_a_snapshot_flushes_and_orphans_wait_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = incremental_store(dir.path());
+        flushed(&store, 0, 100);
+        let first = upload(&store);
+        assert_eq!(first.len(), 1);
+        flushed(&store, 100, 100);
+        // While checkpoint 1's files are linked, before they are classified: the second file
+        // (as a merge's output that ended during the flush) is uploaded ahead, then a
+        // compaction removes both files. Neither is an orphan: the snapshot links them.
+        let mut offered = Vec::new();
+        let handle = store
+            .snapshot_files_then(CheckpointId(1), || {
+                offered = upload(&store);
+                store
+                    .db()
+                    .unwrap()
+                    .compact_range(None::<&[u8]>, None::<&[u8]>);
+                assert!(
+                    store.take_orphans().unwrap().is_empty(),
+                    "no orphan while a snapshot is taken"
+                );
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            offered.len(),
+            1,
+            "the new file is offered during the snapshot"
+        );
+        assert_eq!(handle.shared.len(), 2, "{handle:?}");
+        assert!(
+            handle.shared.iter().all(|f| f.uploaded),
+            "the checkpoint writes neither file itself: {handle:?}"
+        );
+        // Checkpoint 1 names both: still no orphan. Once it completed, they are checkpoint
+        // storage's, and the compaction's output is offered.
+        assert!(store.take_orphans().unwrap().is_empty());
+        store.checkpoint_complete(CheckpointId(1));
+        assert!(store.take_orphans().unwrap().is_empty());
+        assert_eq!(upload(&store).len(), 1);
     }
 
     #[test]
