@@ -102,6 +102,17 @@ pub fn median(durations: &[Duration]) -> Duration {
     }
 }
 
+/// The median of `values` (the mean of the two middle ones for an even count; 0 when empty).
+pub fn median_f64(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// The nearest-rank `q`-quantile of `durations` (`q` in 0..=1): the smallest value with at least
 /// `q` of the values at or below it; zero when empty. With fewer than 100 values the 0.99
 /// quantile is the maximum.
@@ -187,6 +198,13 @@ mod tests {
         let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 17 0 0 20 0 3 0";
         assert_eq!(parse_cpu_ticks(stat), Some(267));
         assert!(process_cpu_time().is_ok());
+    }
+
+    #[test]
+    fn median_of_floats() {
+        assert_eq!(median_f64(&[]), 0.0);
+        assert_eq!(median_f64(&[0.9, 0.5, 0.7]), 0.7);
+        assert_eq!(median_f64(&[0.8, 0.6]), 0.7);
     }
 
     #[test]
