@@ -205,6 +205,7 @@ mod tests {
         assert_eq!(median_f64(&[]), 0.0);
         assert_eq!(median_f64(&[0.9, 0.5, 0.7]), 0.7);
         assert_eq!(median_f64(&[0.8, 0.6]), 0.7);
+        assert_eq!(median_f64(&[4.0, 1.0, 3.0, 2.0]), 2.5);
     }
 
     #[test]

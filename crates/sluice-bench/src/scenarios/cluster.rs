@@ -21,7 +21,7 @@
 //! up to N, or the run fails. Sides alternate, one round after another.
 
 use super::CommonArgs;
-use crate::measure::{machine, runtime};
+use crate::measure::{machine, median_f64, runtime};
 use crate::report::{Report, Row};
 use anyhow::{Context, bail};
 use rustc_hash::FxHashMap;
@@ -473,16 +473,6 @@ fn rate(stamps: &[Stamps], records: u64) -> anyhow::Result<(f64, f64)> {
     ))
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// One side of a case.
 struct Side {
     name: &'static str,
@@ -550,7 +540,7 @@ fn compare(
             }
         }
     }
-    let (value, base) = (median(&measured.rates), median(&baseline.rates));
+    let (value, base) = (median_f64(&measured.rates), median_f64(&baseline.rates));
     let mut row = Row::new(SCENARIO, case.name(), "throughput", "records/s", value)
         .against(baseline.name, base, value / base)
         .target(target)
@@ -678,12 +668,5 @@ mod tests {
                 .contains("99 records of 100")
         );
         assert!(rate(&[stamps(None, 1_000, 0)], 0).is_err());
-    }
-
-    #[test]
-    fn the_median_of_odd_and_even_counts() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(&[]), 0.0);
     }
 }

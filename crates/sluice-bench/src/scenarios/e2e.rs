@@ -21,7 +21,7 @@
 
 use super::CommonArgs;
 use super::window::{Count, digest_entry, record};
-use crate::measure::{machine, peak_rss_kib, process_cpu_time, runtime};
+use crate::measure::{machine, median_f64, peak_rss_kib, process_cpu_time, runtime};
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use sluice::prelude::*;
@@ -221,15 +221,6 @@ fn run_probe(records: u64, parallelism: usize) -> anyhow::Result<(Probe, Duratio
     Ok((probe, wall))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// Runs the scenario: `reps` probe processes per parallelism, medians of each figure.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let records = args.records.unwrap_or(if args.common.quick {
@@ -262,7 +253,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         if digests.windows(2).any(|w| w[0] != w[1]) {
             bail!("the runs at parallelism {p} computed different digests: {digests:?}");
         }
-        let med = |f: &dyn Fn(&(Probe, Duration)) -> f64| median(runs.iter().map(f).collect());
+        let med = |f: &dyn Fn(&(Probe, Duration)) -> f64| {
+            median_f64(&runs.iter().map(f).collect::<Vec<_>>())
+        };
         let rate = med(&|(r, _)| r.records_per_s);
         let startup = med(&|(r, _)| r.startup_ms);
         let rss = med(&|(r, _)| r.peak_rss_kib as f64) / 1024.0;
