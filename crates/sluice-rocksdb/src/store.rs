@@ -94,6 +94,11 @@ impl Incremental {
     fn ahead_dir(&self) -> PathBuf {
         self.staging.join(format!("{}-ahead", self.uid))
     }
+
+    /// The key under which this store writes its table file `name` into the shared area.
+    fn key_of(&self, name: &str) -> String {
+        format!("{}-{name}", self.uid)
+    }
 }
 
 impl RocksDbStore {
@@ -189,9 +194,7 @@ impl RocksDbStore {
         for (name, length) in files.files {
             if name.ends_with(".sst") {
                 let known = confirmed.get(&name).or_else(|| ahead.done.get(&name));
-                let key = known
-                    .cloned()
-                    .unwrap_or_else(|| format!("{}-{name}", inc.uid));
+                let key = known.cloned().unwrap_or_else(|| inc.key_of(&name));
                 named.push((name.clone(), key.clone()));
                 shared.push(SharedFile {
                     name,
@@ -585,7 +588,7 @@ impl KeyedStore for RocksDbStore {
             }
             ahead.started.insert(name.clone());
             out.push(UploadAhead {
-                key: format!("{}-{name}", inc.uid),
+                key: inc.key_of(&name),
                 name,
                 path: link,
             });
@@ -604,9 +607,7 @@ impl KeyedStore for RocksDbStore {
             let _ = std::fs::remove_file(dir.join(name));
         }
         for name in done {
-            ahead
-                .done
-                .insert(name.clone(), format!("{}-{name}", inc.uid));
+            ahead.done.insert(name.clone(), inc.key_of(name));
         }
     }
 
