@@ -197,6 +197,7 @@ impl RocksDbStore {
                 let key = known.cloned().unwrap_or_else(|| inc.key_of(&name));
                 named.push((name.clone(), key.clone()));
                 shared.push(SharedFile {
+                    ahead: known.is_none() && ahead.started.contains(&name),
                     name,
                     key,
                     length,
@@ -915,6 +916,35 @@ mod tests {
         store.checkpoint_complete(CheckpointId(1));
         assert!(store.take_orphans().unwrap().is_empty());
         assert_eq!(upload(&store).len(), 1);
+    }
+
+    #[test]
+    fn a_snapshot_marks_the_files_whose_upload_ahead_is_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = incremental_store(dir.path());
+        flushed(&store, 0, 100);
+        let started = store.files_to_upload_ahead().unwrap();
+        assert_eq!(started.len(), 1);
+        flushed(&store, 100, 100);
+        // Checkpoint 1 lists both files while the first one's upload ahead runs: it is to join
+        // that upload (or take its result), and to write the second itself.
+        let handle = store.snapshot_files(CheckpointId(1)).unwrap().unwrap();
+        let flags: Vec<(bool, bool)> = handle
+            .shared
+            .iter()
+            .map(|f| (f.name == started[0].name, f.ahead))
+            .collect();
+        assert_eq!(flags.len(), 2, "{handle:?}");
+        assert!(
+            flags.iter().all(|(in_flight, ahead)| in_flight == ahead),
+            "{handle:?}"
+        );
+        assert!(handle.shared.iter().all(|f| !f.uploaded), "{handle:?}");
+        assert_eq!(
+            handle.shared.iter().find(|f| f.ahead).map(|f| &f.key),
+            Some(&started[0].key),
+            "the checkpoint writes it under the key of the upload ahead"
+        );
     }
 
     #[test]

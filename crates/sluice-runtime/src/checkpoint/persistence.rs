@@ -119,8 +119,20 @@ impl StoragePersistence {
     }
 }
 
-/// Table files to upload, by key: the local path and the length.
-pub(crate) type Uploads = BTreeMap<String, (PathBuf, u64)>;
+/// A table file to upload.
+#[derive(Clone, Debug)]
+pub(crate) struct Pending {
+    /// Where it is.
+    pub(crate) path: PathBuf,
+    /// Its length in bytes.
+    pub(crate) length: u64,
+    /// Whether the store's upload ahead of it was in flight when the checkpoint listed it
+    /// ([`SharedFile::ahead`](crate::state::SharedFile::ahead)).
+    pub(crate) ahead: bool,
+}
+
+/// Table files to upload, by key.
+pub(crate) type Uploads = BTreeMap<String, Pending>;
 
 /// The table files of `state`'s stores that checkpoint storage does not hold yet.
 fn pending_uploads(state: &OperatorState) -> Result<Uploads, String> {
@@ -133,15 +145,21 @@ fn pending_uploads(state: &OperatorState) -> Result<Uploads, String> {
                     h.backend, f.name, h.key_groups
                 ));
             };
-            out.insert(f.key.clone(), (dir.join(&f.name), f.length));
+            let pending = Pending {
+                path: dir.join(&f.name),
+                length: f.length,
+                ahead: f.ahead,
+            };
+            out.insert(f.key.clone(), pending);
         }
     }
     Ok(out)
 }
 
-/// Uploads every `(key, (path, length))` to `storage`'s shared files, a few at a time, joining
-/// the uploads of the same keys already in flight (a store's uploads ahead, see
-/// `storage/shared_uploads.rs`). Returns the bytes it uploaded itself.
+/// Uploads every file of `uploads` to `storage`'s shared files, a few at a time, joining the
+/// uploads of the same keys already in flight (a store's uploads ahead, see
+/// `storage/shared_uploads.rs`), or taking their result when they ended since the checkpoint
+/// listed them. Returns the bytes it uploaded itself.
 pub(crate) async fn upload_all(
     storage: &Arc<dyn CheckpointStorage>,
     uploads: Uploads,
@@ -149,9 +167,9 @@ pub(crate) async fn upload_all(
     use crate::storage::shared_uploads::{Writer, write_shared_once};
     use futures::{StreamExt, TryStreamExt};
     let written: Vec<u64> = futures::stream::iter(uploads)
-        .map(|(key, (path, length))| async move {
-            match write_shared_once(storage, &key, &path).await? {
-                Writer::Mine => Ok::<_, String>(length),
+        .map(|(key, p)| async move {
+            match write_shared_once(storage, &key, &p.path, p.ahead).await? {
+                Writer::Mine => Ok::<_, String>(p.length),
                 Writer::Joined => Ok(0),
             }
         })
@@ -660,6 +678,7 @@ mod tests {
                 key: "op0/000007.sst".into(),
                 length: 10,
                 uploaded: true,
+                ahead: false,
             }],
             private: vec![("MANIFEST-000005".into(), b"manifest".to_vec())],
             local: None,

@@ -141,7 +141,7 @@ async fn look(
         let storage = storage.clone();
         uploads.spawn(async move {
             // A checkpoint that lists the file meanwhile joins this upload.
-            let ok = match write_shared_once(&storage, &u.key, &u.path).await {
+            let ok = match write_shared_once(&storage, &u.key, &u.path, false).await {
                 Ok(_) => true,
                 Err(e) => {
                     tracing::debug!(file = %u.name, error = %e, "an upload ahead failed");

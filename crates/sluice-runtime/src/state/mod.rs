@@ -107,6 +107,11 @@ pub struct SharedFile {
     /// it). Never written.
     #[serde(skip)]
     pub uploaded: bool,
+    /// Whether the store's upload ahead of it was in flight when the checkpoint listed it: the
+    /// checkpoint joins that upload, or takes its result if it ended meanwhile, instead of
+    /// writing the file again. Never written.
+    #[serde(skip)]
+    pub ahead: bool,
 }
 
 impl StoreHandle {

@@ -10,11 +10,18 @@
 //! lives while its upload runs, and holds it weakly: an upload whose writers all went away
 //! (a job cancelled mid-checkpoint) is dropped, not kept or finished by nobody. A writer that
 //! joins an upload which then fails writes the file itself from its own copy.
+//!
+//! The keys of the last [`DONE_KEPT`] uploads that succeeded are kept too, for a checkpoint
+//! that listed a file while its upload ahead was in flight and comes to write it after that
+//! upload ended: it takes that result instead of writing the file a second time. Only such a
+//! writer (`ahead`) looks there. While its checkpoint is in flight the file cannot be removed
+//! (the store keeps a file a checkpoint in flight names from being given as an orphan), so the
+//! record it finds is still true; one that fell out of the record only means a second write.
 
 use super::CheckpointStorage;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared, WeakShared};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -22,12 +29,41 @@ use std::sync::{Arc, LazyLock, Mutex};
 /// An upload any number of writers await.
 type Upload = Shared<BoxFuture<'static, Result<(), String>>>;
 
-/// The uploads in flight, by (storage location, key): a number telling one upload of a key
-/// from the next, and the upload, held by its writers.
-type InFlight =
-    HashMap<(String, String), (u64, WeakShared<BoxFuture<'static, Result<(), String>>>)>;
+/// A shared file of one checkpoint storage: (storage location, key).
+type Id = (String, String);
 
-static IN_FLIGHT: LazyLock<Mutex<InFlight>> = LazyLock::new(Default::default);
+/// An upload as its entry in flight holds it: weakly, so that it ends when its writers go.
+type WeakUpload = WeakShared<BoxFuture<'static, Result<(), String>>>;
+
+/// How many succeeded uploads [`Registry::done`] keeps.
+const DONE_KEPT: usize = 4096;
+
+/// The uploads of the process, under one lock so that an upload leaves `in_flight` and enters
+/// `done` at once.
+#[derive(Default)]
+struct Registry {
+    /// The uploads in flight: a number telling one upload of a key from the next, and the
+    /// upload, held by its writers.
+    in_flight: HashMap<Id, (u64, WeakUpload)>,
+    /// The last [`DONE_KEPT`] uploads that succeeded, oldest first, and the same as a set.
+    done: VecDeque<Id>,
+    done_set: HashSet<Id>,
+}
+
+impl Registry {
+    fn succeeded(&mut self, id: Id) {
+        if self.done_set.insert(id.clone()) {
+            self.done.push_back(id);
+        }
+        while self.done.len() > DONE_KEPT {
+            if let Some(old) = self.done.pop_front() {
+                self.done_set.remove(&old);
+            }
+        }
+    }
+}
+
+static IN_FLIGHT: LazyLock<Mutex<Registry>> = LazyLock::new(Default::default);
 
 /// Numbers the uploads.
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -37,30 +73,36 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 pub(crate) enum Writer {
     /// This call uploaded it.
     Mine,
-    /// An upload already in flight did: this call waited for it.
+    /// An upload already in flight did: this call waited for it (or, for a writer that knew
+    /// of an upload ahead, found that it had succeeded).
     Joined,
 }
 
 /// Stores the local file `path` as shared file `key` of `storage`
 /// ([`CheckpointStorage::write_shared`]), or waits for the upload of `key` already in flight.
-/// When the awaited upload fails, this call uploads `path` itself.
+/// When the awaited upload fails, this call uploads `path` itself. `ahead`: the caller knows
+/// that an upload of `key` was in flight a moment ago (a store's upload ahead, still running
+/// when its checkpoint listed the file); if it has succeeded since, this call writes nothing.
 pub(crate) async fn write_shared_once(
     storage: &Arc<dyn CheckpointStorage>,
     key: &str,
     path: &Path,
+    ahead: bool,
 ) -> Result<Writer, String> {
     let id = (storage.location(), key.to_string());
     let (writer, upload) = {
         let mut all = sluice_core::sync::lock(&IN_FLIGHT);
-        match all.get(&id).and_then(|(_, weak)| weak.upgrade()) {
+        match all.in_flight.get(&id).and_then(|(_, weak)| weak.upgrade()) {
             Some(upload) => (Writer::Joined, upload),
+            None if ahead && all.done_set.contains(&id) => return Ok(Writer::Joined),
             None => {
                 // Uploads whose writers all went away leave no trace.
-                all.retain(|_, (_, weak)| weak.upgrade().is_some());
+                all.in_flight
+                    .retain(|_, (_, weak)| weak.upgrade().is_some());
                 let number = NEXT.fetch_add(1, Ordering::Relaxed);
                 let upload = start(storage.clone(), id.clone(), number, path);
                 if let Some(weak) = upload.downgrade() {
-                    all.insert(id, (number, weak));
+                    all.in_flight.insert(id, (number, weak));
                 }
                 (Writer::Mine, upload)
             }
@@ -80,13 +122,9 @@ pub(crate) async fn write_shared_once(
     }
 }
 
-/// The upload of `path` as `id`'s key; it leaves the uploads in flight when it ends.
-fn start(
-    storage: Arc<dyn CheckpointStorage>,
-    id: (String, String),
-    number: u64,
-    path: &Path,
-) -> Upload {
+/// The upload of `path` as `id`'s key; it leaves the uploads in flight when it ends, for the
+/// uploads done if it succeeded.
+fn start(storage: Arc<dyn CheckpointStorage>, id: Id, number: u64, path: &Path) -> Upload {
     let path = path.to_path_buf();
     async move {
         let result = storage
@@ -94,8 +132,11 @@ fn start(
             .await
             .map_err(|e| format!("uploading {}: {e}", path.display()));
         let mut all = sluice_core::sync::lock(&IN_FLIGHT);
-        if all.get(&id).is_some_and(|(n, _)| *n == number) {
-            all.remove(&id);
+        if all.in_flight.get(&id).is_some_and(|(n, _)| *n == number) {
+            all.in_flight.remove(&id);
+        }
+        if result.is_ok() {
+            all.succeeded(id);
         }
         result
     }
@@ -171,6 +212,7 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::Gated;
     use super::*;
+    use crate::checkpoint::persistence::Pending;
     use crate::storage::{BlobCheckpointStorage, MemoryBlobStore};
     use std::num::NonZeroUsize;
     use std::path::PathBuf;
@@ -215,7 +257,7 @@ mod tests {
         s: &'a Setup,
         key: &'a str,
     ) -> std::pin::Pin<Box<impl Future<Output = Result<Writer, String>> + 'a>> {
-        let mut upload = Box::pin(write_shared_once(&s.storage, key, &s.file));
+        let mut upload = Box::pin(write_shared_once(&s.storage, key, &s.file, false));
         tokio::select! {
             _ = &mut upload => panic!("the upload ended without a permit"),
             _ = s.entered.notified() => {}
@@ -227,7 +269,12 @@ mod tests {
     /// put may go. Their results, in order.
     async fn two_writers(s: &Setup) -> (Result<Writer, String>, Result<Writer, String>) {
         let first = started(s, "k-000042.sst").await;
-        let mut second = Box::pin(write_shared_once(&s.storage, "k-000042.sst", &s.file));
+        let mut second = Box::pin(write_shared_once(
+            &s.storage,
+            "k-000042.sst",
+            &s.file,
+            false,
+        ));
         assert!(futures::poll!(&mut second).is_pending());
         s.permits.add_permits(10);
         tokio::join!(first, second)
@@ -246,14 +293,78 @@ mod tests {
         );
         // Once it ended, the next writer uploads again; another key's upload is not joined.
         assert_eq!(
-            write_shared_once(&s.storage, "k-000042.sst", &s.file).await,
+            write_shared_once(&s.storage, "k-000042.sst", &s.file, false).await,
             Ok(Writer::Mine)
         );
         assert_eq!(
-            write_shared_once(&s.storage, "k-000043.sst", &s.file).await,
+            write_shared_once(&s.storage, "k-000043.sst", &s.file, false).await,
             Ok(Writer::Mine)
         );
         assert_eq!(s.puts.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_writer_that_knew_of_an_upload_ahead_takes_its_result_once_it_ended() {
+        let s = setup("gated://ended", false);
+        s.permits.add_permits(10);
+        // The upload ahead ends before the checkpoint that listed the file comes to write it.
+        assert_eq!(
+            write_shared_once(&s.storage, "k-000042.sst", &s.file, false).await,
+            Ok(Writer::Mine)
+        );
+        assert_eq!(
+            write_shared_once(&s.storage, "k-000042.sst", &s.file, true).await,
+            Ok(Writer::Joined),
+            "the checkpoint takes the upload's result"
+        );
+        assert_eq!(s.puts.load(Ordering::SeqCst), 1, "written once");
+        // A writer that knew of no upload ahead writes; so does one whose key never succeeded.
+        assert_eq!(
+            write_shared_once(&s.storage, "k-000042.sst", &s.file, false).await,
+            Ok(Writer::Mine)
+        );
+        assert_eq!(
+            write_shared_once(&s.storage, "k-000043.sst", &s.file, true).await,
+            Ok(Writer::Mine)
+        );
+        assert_eq!(s.puts.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_failed_upload_ahead_leaves_the_file_to_the_checkpoint() {
+        let s = setup("gated://ahead-fails", true);
+        s.permits.add_permits(10);
+        assert!(
+            write_shared_once(&s.storage, "k-000042.sst", &s.file, false)
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            write_shared_once(&s.storage, "k-000042.sst", &s.file, true).await,
+            Ok(Writer::Mine),
+            "the checkpoint writes the file the upload ahead failed to"
+        );
+        let fetched = s.dir.path().join("fetched");
+        s.storage
+            .fetch_shared("k-000042.sst", &fetched)
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(&fetched).unwrap(), b"table");
+    }
+
+    #[test]
+    fn the_record_of_succeeded_uploads_is_bounded() {
+        let mut uploads = Registry::default();
+        let id = |n: usize| ("bounded://".to_string(), format!("k-{n}"));
+        for n in 0..=DONE_KEPT {
+            uploads.succeeded(id(n));
+        }
+        uploads.succeeded(id(DONE_KEPT));
+        assert_eq!(uploads.done.len(), DONE_KEPT);
+        assert_eq!(uploads.done_set.len(), DONE_KEPT);
+        assert!(!uploads.done_set.contains(&id(0)), "the oldest went first");
+        assert!(uploads.done_set.contains(&id(1)));
+        assert!(uploads.done_set.contains(&id(DONE_KEPT)));
     }
 
     #[tokio::test]
@@ -277,9 +388,14 @@ mod tests {
         let ahead = started(&s, "k-000042.sst").await;
         let other = s.dir.path().join("000043.sst");
         std::fs::write(&other, b"another table").unwrap();
+        let pending = |path: &PathBuf, length| Pending {
+            path: path.clone(),
+            length,
+            ahead: false,
+        };
         let uploads = [
-            ("k-000042.sst".to_string(), (s.file.clone(), 5)),
-            ("k-000043.sst".to_string(), (other, 13)),
+            ("k-000042.sst".to_string(), pending(&s.file, 5)),
+            ("k-000043.sst".to_string(), pending(&other, 13)),
         ];
         let mut checkpoint = Box::pin(crate::checkpoint::persistence::upload_all(
             &s.storage,
@@ -304,12 +420,13 @@ mod tests {
         drop(first);
         s.permits.add_permits(10);
         assert_eq!(
-            write_shared_once(&s.storage, "k-000042.sst", &s.file).await,
+            write_shared_once(&s.storage, "k-000042.sst", &s.file, false).await,
             Ok(Writer::Mine),
             "the dropped upload is neither joined nor finished"
         );
         assert!(
             sluice_core::sync::lock(&IN_FLIGHT)
+                .in_flight
                 .keys()
                 .all(|(location, _)| location != "gated://abandoned"),
             "no entry is left behind"
