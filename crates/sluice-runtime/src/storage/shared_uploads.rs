@@ -265,6 +265,11 @@ mod tests {
         upload
     }
 
+    /// One writer of `key` from `s.file` (`ahead`: it knew of an upload ahead of it).
+    async fn write(s: &Setup, key: &str, ahead: bool) -> Result<Writer, String> {
+        write_shared_once(&s.storage, key, &s.file, ahead).await
+    }
+
     /// Two writers of one key, the second starting while the first's put waits; then every
     /// put may go. Their results, in order.
     async fn two_writers(s: &Setup) -> (Result<Writer, String>, Result<Writer, String>) {
@@ -292,14 +297,8 @@ mod tests {
             "the file was written once"
         );
         // Once it ended, the next writer uploads again; another key's upload is not joined.
-        assert_eq!(
-            write_shared_once(&s.storage, "k-000042.sst", &s.file, false).await,
-            Ok(Writer::Mine)
-        );
-        assert_eq!(
-            write_shared_once(&s.storage, "k-000043.sst", &s.file, false).await,
-            Ok(Writer::Mine)
-        );
+        assert_eq!(write(&s, "k-000042.sst", false).await, Ok(Writer::Mine));
+        assert_eq!(write(&s, "k-000043.sst", false).await, Ok(Writer::Mine));
         assert_eq!(s.puts.load(Ordering::SeqCst), 3);
     }
 
@@ -308,25 +307,16 @@ mod tests {
         let s = setup("gated://ended", false);
         s.permits.add_permits(10);
         // The upload ahead ends before the checkpoint that listed the file comes to write it.
+        assert_eq!(write(&s, "k-000042.sst", false).await, Ok(Writer::Mine));
         assert_eq!(
-            write_shared_once(&s.storage, "k-000042.sst", &s.file, false).await,
-            Ok(Writer::Mine)
-        );
-        assert_eq!(
-            write_shared_once(&s.storage, "k-000042.sst", &s.file, true).await,
+            write(&s, "k-000042.sst", true).await,
             Ok(Writer::Joined),
             "the checkpoint takes the upload's result"
         );
         assert_eq!(s.puts.load(Ordering::SeqCst), 1, "written once");
         // A writer that knew of no upload ahead writes; so does one whose key never succeeded.
-        assert_eq!(
-            write_shared_once(&s.storage, "k-000042.sst", &s.file, false).await,
-            Ok(Writer::Mine)
-        );
-        assert_eq!(
-            write_shared_once(&s.storage, "k-000043.sst", &s.file, true).await,
-            Ok(Writer::Mine)
-        );
+        assert_eq!(write(&s, "k-000042.sst", false).await, Ok(Writer::Mine));
+        assert_eq!(write(&s, "k-000043.sst", true).await, Ok(Writer::Mine));
         assert_eq!(s.puts.load(Ordering::SeqCst), 3);
     }
 
@@ -334,13 +324,9 @@ mod tests {
     async fn a_failed_upload_ahead_leaves_the_file_to_the_checkpoint() {
         let s = setup("gated://ahead-fails", true);
         s.permits.add_permits(10);
-        assert!(
-            write_shared_once(&s.storage, "k-000042.sst", &s.file, false)
-                .await
-                .is_err()
-        );
+        assert!(write(&s, "k-000042.sst", false).await.is_err());
         assert_eq!(
-            write_shared_once(&s.storage, "k-000042.sst", &s.file, true).await,
+            write(&s, "k-000042.sst", true).await,
             Ok(Writer::Mine),
             "the checkpoint writes the file the upload ahead failed to"
         );
@@ -420,7 +406,7 @@ mod tests {
         drop(first);
         s.permits.add_permits(10);
         assert_eq!(
-            write_shared_once(&s.storage, "k-000042.sst", &s.file, false).await,
+            write(&s, "k-000042.sst", false).await,
             Ok(Writer::Mine),
             "the dropped upload is neither joined nor finished"
         );
