@@ -51,6 +51,8 @@ struct Registry {
 }
 
 impl Registry {
+    /// Records that the upload of `id` succeeded, forgetting the oldest record past
+    /// [`DONE_KEPT`].
     fn succeeded(&mut self, id: Id) {
         if self.done_set.insert(id.clone()) {
             self.done.push_back(id);
@@ -63,7 +65,8 @@ impl Registry {
     }
 }
 
-static IN_FLIGHT: LazyLock<Mutex<Registry>> = LazyLock::new(Default::default);
+/// The process's uploads of shared files.
+static UPLOADS: LazyLock<Mutex<Registry>> = LazyLock::new(Default::default);
 
 /// Numbers the uploads.
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -91,7 +94,7 @@ pub(crate) async fn write_shared_once(
 ) -> Result<Writer, String> {
     let id = (storage.location(), key.to_string());
     let (writer, upload) = {
-        let mut all = sluice_core::sync::lock(&IN_FLIGHT);
+        let mut all = sluice_core::sync::lock(&UPLOADS);
         match all.in_flight.get(&id).and_then(|(_, weak)| weak.upgrade()) {
             Some(upload) => (Writer::Joined, upload),
             None if ahead && all.done_set.contains(&id) => return Ok(Writer::Joined),
@@ -131,7 +134,7 @@ fn start(storage: Arc<dyn CheckpointStorage>, id: Id, number: u64, path: &Path) 
             .write_shared(&id.1, &path)
             .await
             .map_err(|e| format!("uploading {}: {e}", path.display()));
-        let mut all = sluice_core::sync::lock(&IN_FLIGHT);
+        let mut all = sluice_core::sync::lock(&UPLOADS);
         if all.in_flight.get(&id).is_some_and(|(n, _)| *n == number) {
             all.in_flight.remove(&id);
         }
@@ -411,7 +414,7 @@ mod tests {
             "the dropped upload is neither joined nor finished"
         );
         assert!(
-            sluice_core::sync::lock(&IN_FLIGHT)
+            sluice_core::sync::lock(&UPLOADS)
                 .in_flight
                 .keys()
                 .all(|(location, _)| location != "gated://abandoned"),
