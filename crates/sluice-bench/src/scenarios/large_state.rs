@@ -21,6 +21,8 @@
 //!   (`flink/LargeStateFlink.java`, a MiniCluster in a fresh JVM) with its RocksDB state backend,
 //!   incremental checkpoints and the same memory budget as its managed memory: throughput and
 //!   checkpoint duration, sluice against Flink (goal ≥ 5× throughput, shorter checkpoints).
+//!   Flink and sluice's large case run in turn, [`FLINK_PAIRS`] times, and the ratios are the
+//!   medians of the pairs'.
 //!
 //! Each engine's RocksDB allocates through a faster allocator than glibc's, as in production:
 //! sluice's probes through mimalloc, which this binary builds with its `override` feature so
@@ -617,6 +619,113 @@ fn case_args(
     a
 }
 
+/// Flink's runs of the large case's job, each followed at once by a run of sluice's `large`
+/// case: one pair of rows of figures per run of each. The machine's speed moves between runs
+/// (one pass of each engine gave 1.8× to 3.7× on updates from one full run to the next), so the
+/// ratios are the medians of the pairs', each pair measured within a few minutes.
+const FLINK_PAIRS: usize = 3;
+
+/// The `flink` row: [`FLINK_PAIRS`] pairs of a Flink run and a sluice run of the large case,
+/// alternated, and the medians of their ratios; `leveled` (sluice's leveled case, run once
+/// earlier) is set beside Flink's medians.
+fn beside_flink(
+    keys: u64,
+    updates: u64,
+    vb: usize,
+    budget_mib: u64,
+    leveled: &Probe,
+    fresh: &dyn Fn(&str) -> anyhow::Result<PathBuf>,
+) -> anyhow::Result<serde_json::Value> {
+    let mut pairs = Vec::new();
+    for i in 0..FLINK_PAIRS {
+        eprintln!("... beside Flink, pair {} of {FLINK_PAIRS}", i + 1);
+        let f = run_flink(
+            keys,
+            updates,
+            vb,
+            budget_mib,
+            &fresh(&format!("flink-{i}"))?,
+        )?;
+        let mut a = case_args(
+            "rocksdb",
+            keys,
+            updates,
+            vb,
+            budget_mib,
+            true,
+            &fresh(&format!("flink-sluice-{i}"))?,
+        );
+        a.extend(["--intervals".into(), INTERVALS.to_string()]);
+        let s = run_probe(&a)?;
+        eprintln!(
+            "    Flink: load {:.0} k/s, updates {:.1} k/s; sluice: load {:.0} k/s, updates \
+             {:.0} k/s ({:.2}x the updates)",
+            f.load_per_s / 1e3,
+            f.update_per_s / 1e3,
+            s.load_per_s / 1e3,
+            s.update_per_s / 1e3,
+            s.update_per_s / f.update_per_s.max(1e-9)
+        );
+        pairs.push((f, s));
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let flink = |g: &dyn Fn(&FlinkProbe) -> f64| -> f64 {
+        median_f64(&pairs.iter().map(|(f, _)| g(f)).collect::<Vec<_>>())
+    };
+    let ratios = |g: &dyn Fn(&FlinkProbe, &Probe) -> f64| -> Vec<f64> {
+        pairs.iter().map(|(f, s)| g(f, s)).collect()
+    };
+    let load = ratios(&|f, s| s.load_per_s / f.load_per_s.max(1e-9));
+    let update = ratios(&|f, s| s.update_per_s / f.update_per_s.max(1e-9));
+    let checkpoint = ratios(&|f, s| mean(&f.checkpoint_ms) / s.mean_checkpoint_ms().max(1e-9));
+    let (f_load, f_update) = (flink(&|f| f.load_per_s), flink(&|f| f.update_per_s));
+    let f_checkpoint = flink(&|f| mean(&f.checkpoint_ms));
+    let runs: Vec<_> = pairs
+        .iter()
+        .map(|(f, s)| {
+            let shares: Vec<f64> = f
+                .checkpointed_bytes
+                .iter()
+                .zip(&f.state_bytes)
+                .map(|(w, st)| *w as f64 / (*st).max(1) as f64)
+                .collect();
+            serde_json::json!({
+                "flink_load_per_s": f.load_per_s, "flink_update_per_s": f.update_per_s,
+                "flink_cpu_s": f.cpu_s, "flink_peak_rss_mib": f.peak_rss_kib as f64 / 1024.0,
+                "flink_state_mib":
+                    f.state_bytes.last().copied().unwrap_or(0) as f64 / MIB as f64,
+                "flink_first_checkpoint_ms": f.first_checkpoint_ms,
+                "flink_checkpoint_ms": f.checkpoint_ms,
+                "flink_mean_checkpoint_ms": mean(&f.checkpoint_ms),
+                "flink_mean_start_delay_ms": mean(&f.start_delay_ms),
+                "flink_mean_sync_ms": mean(&f.sync_ms),
+                "flink_mean_async_ms": mean(&f.async_ms),
+                "flink_checkpoint_share": shares,
+                "sluice_load_per_s": s.load_per_s, "sluice_update_per_s": s.update_per_s,
+                "sluice_cpu_s": s.cpu_s, "sluice_peak_rss_mib": s.peak_rss_mib,
+                "sluice_mean_checkpoint_ms": s.mean_checkpoint_ms(),
+            })
+        })
+        .collect();
+    Ok(serde_json::json!({
+        "scenario": "large-state", "case": "flink", "keys": keys,
+        "budget_mib": budget_mib, "updates_per_interval": updates,
+        "allocator": pairs.first().map(|(f, _)| f.allocator.clone()).unwrap_or_default(),
+        "pairs": FLINK_PAIRS, "runs": runs,
+        "load_per_s": f_load, "update_per_s": f_update,
+        "cpu_s": flink(&|f| f.cpu_s),
+        "mean_checkpoint_ms": f_checkpoint,
+        "sluice_over_flink_load": median_f64(&load), "sluice_over_flink_loads": load,
+        "sluice_over_flink_update": median_f64(&update), "sluice_over_flink_updates": update,
+        "flink_over_sluice_checkpoint_ms": median_f64(&checkpoint),
+        "flink_over_sluice_checkpoint_ms_pairs": checkpoint,
+        "sluice_leveled_over_flink_load": leveled.load_per_s / f_load.max(1e-9),
+        "sluice_leveled_over_flink_update": leveled.update_per_s / f_update.max(1e-9),
+        "flink_over_sluice_leveled_checkpoint_ms":
+            f_checkpoint / leveled.mean_checkpoint_ms().max(1e-9),
+    }))
+}
+
 /// Runs the scenario.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let quick = args.common.quick;
@@ -797,41 +906,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }));
     }
     if args.flink {
-        let f = run_flink(large_keys, updates, vb, large_budget, &fresh("flink")?)?;
-        let shares: Vec<f64> = f
-            .checkpointed_bytes
-            .iter()
-            .zip(&f.state_bytes)
-            .map(|(w, s)| *w as f64 / (*s).max(1) as f64)
-            .collect();
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-        let mean_ms = mean(&f.checkpoint_ms);
-        // Beside sluice's default (universal compaction) and its leveled case (Flink's
-        // compaction).
-        let (sluice, leveled) = (&large[0], &large[2]);
-        rows.push(serde_json::json!({
-            "scenario": "large-state", "case": "flink", "keys": large_keys,
-            "budget_mib": large_budget, "updates_per_interval": updates,
-            "state_mib": f.state_bytes.last().copied().unwrap_or(0) as f64 / MIB as f64,
-            "load_per_s": f.load_per_s, "update_per_s": f.update_per_s,
-            "peak_rss_mib": f.peak_rss_kib as f64 / 1024.0, "cpu_s": f.cpu_s,
-            "allocator": f.allocator,
-            "first_checkpoint_ms": f.first_checkpoint_ms,
-            "checkpoint_ms": f.checkpoint_ms,
-            "mean_checkpoint_ms": mean_ms,
-            "mean_start_delay_ms": mean(&f.start_delay_ms),
-            "mean_sync_ms": mean(&f.sync_ms),
-            "mean_async_ms": mean(&f.async_ms),
-            "checkpoint_share": shares,
-            "mean_checkpoint_share": shares.iter().sum::<f64>() / shares.len().max(1) as f64,
-            "sluice_over_flink_load": sluice.load_per_s / f.load_per_s.max(1e-9),
-            "sluice_over_flink_update": sluice.update_per_s / f.update_per_s.max(1e-9),
-            "flink_over_sluice_checkpoint_ms": mean_ms / sluice.mean_checkpoint_ms().max(1e-9),
-            "sluice_leveled_over_flink_load": leveled.load_per_s / f.load_per_s.max(1e-9),
-            "sluice_leveled_over_flink_update": leveled.update_per_s / f.update_per_s.max(1e-9),
-            "flink_over_sluice_leveled_checkpoint_ms":
-                mean_ms / leveled.mean_checkpoint_ms().max(1e-9),
-        }));
+        rows.push(beside_flink(
+            large_keys,
+            updates,
+            vb,
+            large_budget,
+            &large[2],
+            &fresh,
+        )?);
     }
     rows.push(serde_json::json!({
         "scenario": "large-state", "case": "doubling",
