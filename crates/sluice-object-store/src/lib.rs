@@ -492,6 +492,13 @@ impl CheckpointStorage for ObjectStoreCheckpointStorage {
     ) -> BoxFuture<'a, Result<(), StorageError>> {
         self.inner.fetch_shared(key, path)
     }
+
+    fn shared_present<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, Result<std::collections::BTreeSet<String>, StorageError>> {
+        self.inner.shared_present(keys)
+    }
 }
 
 #[cfg(test)]

@@ -332,6 +332,7 @@ impl RocksDbStateBackend {
                 staging: self.dir.join(&self.instance).join("staging"),
                 uid: format!("{}-{name}-{nanos:x}", self.instance),
                 confirmed: Default::default(),
+                restored: Default::default(),
                 pending: Default::default(),
                 ahead: Default::default(),
             }
@@ -419,8 +420,9 @@ impl KeyedStateBackend for RocksDbStateBackend {
         link_files(base, &dir).map_err(fail)?;
         let store = self.open_dir(scope, dir.clone())?;
         // The base's table files keep their names, so later checkpoints refer to the shared
-        // files they came from instead of uploading them again.
-        store.seed_shared(&base.shared);
+        // files they came from instead of uploading them again (after a failover, those that
+        // checkpoint storage still holds).
+        store.seed_shared(&base.shared, &base.restored_shared);
         if base.key_groups != groups {
             store.keep_only(&groups).map_err(|e| fail(e.to_string()))?;
         }

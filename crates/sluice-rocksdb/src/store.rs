@@ -50,10 +50,14 @@ pub(crate) struct Incremental {
     pub(crate) uid: String,
     /// Table files checkpoint storage holds, by name: their keys.
     pub(crate) confirmed: Mutex<BTreeMap<String, String>>,
+    /// Table files a failover's restore linked from a checkpoint in memory, by name: their keys
+    /// in checkpoint storage, which most likely holds them still. A checkpoint refers to them
+    /// and writes only those storage lacks; once one completes they are confirmed.
+    pub(crate) restored: Mutex<BTreeMap<String, String>>,
     /// The table files each checkpoint in flight named, by checkpoint.
     pub(crate) pending: Mutex<BTreeMap<CheckpointId, Vec<(String, String)>>>,
     /// Table files uploaded ahead of the checkpoint that will take them. Locks are taken in
-    /// the order `ahead`, `pending`, `confirmed`.
+    /// the order `ahead`, `pending`, `confirmed`, `restored`.
     pub(crate) ahead: Mutex<Ahead>,
 }
 
@@ -158,10 +162,12 @@ impl RocksDbStore {
 }
 
 impl RocksDbStore {
-    /// Records that checkpoint storage holds the table files `shared` (name, key) already.
-    pub(crate) fn seed_shared(&self, shared: &[(String, String)]) {
+    /// Records that checkpoint storage holds the table files `shared` (name, key) already, and
+    /// most likely the files `restored` (a failover's restore from a checkpoint in memory).
+    pub(crate) fn seed_shared(&self, shared: &[(String, String)], restored: &[(String, String)]) {
         if let Some(inc) = &self.incremental {
             sluice_core::sync::lock(&inc.confirmed).extend(shared.iter().cloned());
+            sluice_core::sync::lock(&inc.restored).extend(restored.iter().cloned());
         }
     }
 
@@ -190,14 +196,20 @@ impl RocksDbStore {
         // Taken after the flush: a file uploaded ahead meanwhile is known as such.
         let ahead = sluice_core::sync::lock(&inc.ahead);
         let confirmed = sluice_core::sync::lock(&inc.confirmed);
+        let restored = sluice_core::sync::lock(&inc.restored);
         let (mut shared, mut private, mut named) = (Vec::new(), Vec::new(), Vec::new());
         for (name, length) in files.files {
             if name.ends_with(".sst") {
                 let known = confirmed.get(&name).or_else(|| ahead.done.get(&name));
-                let key = known.cloned().unwrap_or_else(|| inc.key_of(&name));
+                let likely = known.is_none().then(|| restored.get(&name)).flatten();
+                let key = known
+                    .or(likely)
+                    .cloned()
+                    .unwrap_or_else(|| inc.key_of(&name));
                 named.push((name.clone(), key.clone()));
                 shared.push(SharedFile {
-                    ahead: known.is_none() && ahead.started.contains(&name),
+                    ahead: known.is_none() && likely.is_none() && ahead.started.contains(&name),
+                    restored: likely.is_some(),
                     name,
                     key,
                     length,
@@ -211,7 +223,7 @@ impl RocksDbStore {
                 private.push((name, bytes));
             }
         }
-        drop(confirmed);
+        drop((confirmed, restored));
         sluice_core::sync::lock(&inc.pending).insert(checkpoint, named);
         drop(ahead);
         Ok(Some(StoreHandle {
@@ -521,6 +533,7 @@ impl KeyedStore for RocksDbStore {
             files,
             key_groups: self.key_groups.clone(),
             shared: Vec::new(),
+            restored_shared: Vec::new(),
         }))
     }
 
@@ -539,10 +552,13 @@ impl KeyedStore for RocksDbStore {
         let mut ahead = sluice_core::sync::lock(&inc.ahead);
         let mut pending = sluice_core::sync::lock(&inc.pending);
         if let Some(named) = pending.remove(&checkpoint) {
+            let mut restored = sluice_core::sync::lock(&inc.restored);
             for (name, _) in &named {
                 // Taken by a completed checkpoint: retention decides when it goes.
                 ahead.done.remove(name);
+                restored.remove(name);
             }
+            drop(restored);
             sluice_core::sync::lock(&inc.confirmed).extend(named);
         }
         pending.retain(|id, _| *id > checkpoint);
@@ -561,12 +577,16 @@ impl KeyedStore for RocksDbStore {
         let pending = sluice_core::sync::lock(&inc.pending);
         let taken = named_in_flight(&pending);
         let confirmed = sluice_core::sync::lock(&inc.confirmed);
+        // A restored file goes with the next checkpoint, which writes it only if storage lacks
+        // it; uploading it ahead would write it again under a new key.
+        let restored = sluice_core::sync::lock(&inc.restored);
         let dir = inc.ahead_dir();
         let mut out = Vec::new();
         for f in live {
             let name = f.name.trim_start_matches('/').to_string();
             if !name.ends_with(".sst")
                 || confirmed.contains_key(&name)
+                || restored.contains_key(&name)
                 || taken.contains(&name)
                 || ahead.done.contains_key(&name)
                 || ahead.started.contains(&name)

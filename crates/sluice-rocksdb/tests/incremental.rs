@@ -15,7 +15,7 @@ use sluice_runtime::storage::{
 use std::collections::BTreeSet;
 use std::num::NonZeroUsize;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -101,15 +101,40 @@ impl CheckpointStorage for Recording {
     ) -> BoxFuture<'a, Result<(), StorageError>> {
         self.inner.fetch_shared(key, path)
     }
+    fn shared_present<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, Result<BTreeSet<String>, StorageError>> {
+        self.inner.shared_present(keys)
+    }
 }
 
 /// Keeps a 200-byte value per key, rewritten by every record of the key; counts the records
-/// and signals when the count reaches `mark`.
+/// and signals when the count reaches `mark`; fails once when `fail` is set.
 #[derive(Clone)]
 struct Keep {
     seen: Arc<AtomicU64>,
     mark: Arc<AtomicU64>,
     reached: Arc<Notify>,
+    fail: Arc<AtomicBool>,
+}
+
+impl Keep {
+    fn new() -> Self {
+        Keep {
+            seen: Arc::new(AtomicU64::new(0)),
+            mark: Arc::new(AtomicU64::new(u64::MAX)),
+            reached: Arc::new(Notify::new()),
+            fail: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Waits until `n` more records than now went through.
+    async fn more(&self, n: u64) {
+        let seen = self.seen.load(Ordering::SeqCst);
+        self.mark.store(seen + n, Ordering::SeqCst);
+        self.reached.notified().await;
+    }
 }
 
 impl KeyedProcessFunction<u64, u64> for Keep {
@@ -120,6 +145,9 @@ impl KeyedProcessFunction<u64, u64> for Keep {
         i: u64,
         ctx: &mut Context<'_, u64, Vec<u8>, ()>,
     ) -> Result<(), UserError> {
+        if self.fail.swap(false, Ordering::SeqCst) {
+            return Err("failing once, for a failover".into());
+        }
         *ctx.state() = vec![(i % 251) as u8; 200];
         let n = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
         if n == self.mark.load(Ordering::SeqCst) {
@@ -147,11 +175,7 @@ async fn checkpoints_upload_each_table_file_once_and_retention_removes_what_none
             .memory_budget(8 << 20)
             .incremental(true),
     );
-    let keep = Keep {
-        seen: Arc::new(AtomicU64::new(0)),
-        mark: Arc::new(AtomicU64::new(u64::MAX)),
-        reached: Arc::new(Notify::new()),
-    };
+    let keep = Keep::new();
     // 40,000 keys written once in the first stretch, then a few hot keys again and again.
     env.from_generator(
         Generator::new(|i: u64| if i < 40_000 { i } else { i % 100 }).rate_limit(200_000.0),
@@ -166,9 +190,7 @@ async fn checkpoints_upload_each_table_file_once_and_retention_removes_what_none
     let mut uploads_per_checkpoint = Vec::new();
     for _ in 0..6 {
         // 20,000 more records before each checkpoint.
-        let seen = keep.seen.load(Ordering::SeqCst);
-        keep.mark.store(seen + 20_000, Ordering::SeqCst);
-        keep.reached.notified().await;
+        keep.more(20_000).await;
         let pending = job.trigger_checkpoint().await.unwrap();
         let id = pending.id();
         assert_eq!(pending.completed().await, Ok(id));
@@ -235,6 +257,81 @@ async fn checkpoints_upload_each_table_file_once_and_retention_removes_what_none
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(after, needed, "shared files no retained checkpoint lists");
+}
+
+/// After a failover, the store restored from the checkpoint in memory refers to that
+/// checkpoint's table files where checkpoint storage holds them: the first checkpoint after it
+/// lists them under their keys and writes none of them again (before, it uploaded the whole
+/// state under new keys).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_checkpoints_refer_to_the_table_files_storage_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let storage = Arc::new(Recording {
+        inner: LocalCheckpointStorage::new(dir.path().join("chk"), NonZeroUsize::new(2).unwrap()),
+        shared_writes: Mutex::new(Vec::new()),
+    });
+    let env = StreamEnvironment::new();
+    env.set_parallelism(1);
+    env.enable_checkpointing(Duration::from_secs(3600));
+    env.set_checkpoint_storage_backend(storage.clone());
+    env.set_restart_strategy(
+        sluice_runtime::failover::RestartStrategy::fixed_delay(1, Duration::ZERO).unwrap(),
+    );
+    env.set_state_backend(
+        RocksDbStateBackend::new(state.path())
+            .memory_budget(8 << 20)
+            .incremental(true),
+    );
+    let keep = Keep::new();
+    env.from_generator(
+        Generator::new(|i: u64| if i < 40_000 { i } else { i % 100 }).rate_limit(200_000.0),
+    )
+    .key_by(|k: &u64| *k)
+    .process_keyed(keep.clone())
+    .discard();
+    let job = env.submit("failover").unwrap();
+
+    keep.more(50_000).await;
+    let pending = job.trigger_checkpoint().await.unwrap();
+    let before = pending.id();
+    assert_eq!(pending.completed().await, Ok(before));
+    let referenced: BTreeSet<String> = metadata(&storage, before)
+        .shared_files
+        .into_iter()
+        .collect();
+    let written_before = storage.shared_writes.lock().unwrap().len();
+
+    // The next record fails; the job restarts from the checkpoint in memory.
+    keep.fail.store(true, Ordering::SeqCst);
+    keep.more(20_000).await;
+    assert!(!keep.fail.load(Ordering::SeqCst), "the failure happened");
+    let pending = job.trigger_checkpoint().await.unwrap();
+    let after = pending.id();
+    assert_eq!(pending.completed().await, Ok(after));
+    job.cancel();
+    let _ = job.await;
+
+    let listed: BTreeSet<String> = metadata(&storage, after).shared_files.into_iter().collect();
+    let kept: BTreeSet<&String> = listed.intersection(&referenced).collect();
+    assert!(
+        !kept.is_empty(),
+        "the checkpoint after the failover refers to none of the {} files of checkpoint \
+         {before}: {listed:?}",
+        referenced.len()
+    );
+    let writes = storage.shared_writes.lock().unwrap()[written_before..].to_vec();
+    let again: Vec<&String> = writes.iter().filter(|w| referenced.contains(*w)).collect();
+    assert!(
+        again.is_empty(),
+        "written again after the failover: {again:?}"
+    );
+    println!(
+        "after the failover: {} of {} files kept, {} files written",
+        kept.len(),
+        listed.len(),
+        writes.len()
+    );
 }
 
 /// The metadata of checkpoint `id`, read from its file (after the 20-byte frame header).

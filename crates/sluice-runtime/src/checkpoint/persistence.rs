@@ -129,6 +129,9 @@ pub(crate) struct Pending {
     /// Whether the store's upload ahead of it was in flight when the checkpoint listed it
     /// ([`SharedFile::ahead`](crate::state::SharedFile::ahead)).
     pub(crate) ahead: bool,
+    /// Whether storage most likely holds it already, from before a failover
+    /// ([`SharedFile::restored`](crate::state::SharedFile::restored)): written only if not.
+    pub(crate) restored: bool,
 }
 
 /// Table files to upload, by key.
@@ -149,6 +152,7 @@ fn pending_uploads(state: &OperatorState) -> Result<Uploads, String> {
                 path: dir.join(&f.name),
                 length: f.length,
                 ahead: f.ahead,
+                restored: f.restored,
             };
             out.insert(f.key.clone(), pending);
         }
@@ -159,13 +163,28 @@ fn pending_uploads(state: &OperatorState) -> Result<Uploads, String> {
 /// Uploads every file of `uploads` to `storage`'s shared files, a few at a time, joining the
 /// uploads of the same keys already in flight (a store's uploads ahead, see
 /// `storage/shared_uploads.rs`), or taking their result when they ended since the checkpoint
-/// listed them. Returns the bytes it uploaded itself.
+/// listed them. Files restored after a failover that storage still holds are not written
+/// again. Returns the bytes it uploaded itself.
 pub(crate) async fn upload_all(
     storage: &Arc<dyn CheckpointStorage>,
-    uploads: Uploads,
+    mut uploads: Uploads,
 ) -> Result<u64, String> {
     use crate::storage::shared_uploads::{Writer, write_shared_once};
     use futures::{StreamExt, TryStreamExt};
+    let restored: Vec<String> = uploads
+        .iter()
+        .filter(|(_, p)| p.restored)
+        .map(|(k, _)| k.clone())
+        .collect();
+    if !restored.is_empty() {
+        // One listing for all of them; if it fails, they are written again.
+        match storage.shared_present(&restored).await {
+            Ok(present) => uploads.retain(|k, _| !present.contains(k)),
+            Err(e) => {
+                tracing::warn!(error = %e, files = restored.len(), "cannot tell which restored table files checkpoint storage holds; writing them again");
+            }
+        }
+    }
     let written: Vec<u64> = futures::stream::iter(uploads)
         .map(|(key, p)| async move {
             match write_shared_once(storage, &key, &p.path, p.ahead).await? {
@@ -654,6 +673,53 @@ mod tests {
     use crate::storage::LocalCheckpointStorage;
     use std::num::NonZeroUsize;
 
+    /// After a failover, a store restored from a checkpoint in memory refers to that
+    /// checkpoint's table files under their keys: its checkpoint writes those that storage
+    /// still holds no more (retention may have removed one since), and the others not at all.
+    #[test]
+    fn restored_table_files_are_written_only_where_storage_lacks_them() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, bytes: &[u8]| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            path
+        };
+        let kept = file("000007.sst", b"kept");
+        let removed = file("000008.sst", b"removed since");
+        let new = file("000009.sst", b"new file");
+        let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalCheckpointStorage::new(
+            dir.path().join("checkpoints"),
+            NonZeroUsize::new(2).unwrap(),
+        ));
+        let pending = |path: &PathBuf, restored| Pending {
+            path: path.clone(),
+            length: std::fs::metadata(path).unwrap().len(),
+            ahead: false,
+            restored,
+        };
+        let keys = ["old-000007.sst", "old-000008.sst", "new-000009.sst"].map(String::from);
+        let (uploaded, present) = runtime.block_on(async {
+            storage.initialize().await.unwrap();
+            storage.write_shared(&keys[0], &kept).await.unwrap();
+            let uploads = Uploads::from([
+                (keys[0].clone(), pending(&kept, true)),
+                (keys[1].clone(), pending(&removed, true)),
+                (keys[2].clone(), pending(&new, false)),
+            ]);
+            let uploaded = upload_all(&storage, uploads).await.unwrap();
+            (uploaded, storage.shared_present(&keys).await.unwrap())
+        });
+        assert_eq!(
+            uploaded,
+            13 + 8,
+            "the file retention removed and the new one are written, the one still there is not"
+        );
+        assert_eq!(present.len(), 3, "every file is in storage: {present:?}");
+    }
+
     /// The directory a restore fetches a store's files into belongs to the handle: it goes with
     /// the last clone (before, it stayed in the temporary directory for good, a copy of the
     /// whole state per restore).
@@ -679,6 +745,7 @@ mod tests {
                 length: 10,
                 uploaded: true,
                 ahead: false,
+                restored: false,
             }],
             private: vec![("MANIFEST-000005".into(), b"manifest".to_vec())],
             local: None,

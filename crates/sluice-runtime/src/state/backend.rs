@@ -117,6 +117,12 @@ pub struct StoreFiles {
     /// Of the files, those that checkpoint storage holds already: name and key in its shared
     /// area. A store opened from these files refers to them instead of uploading them again.
     pub shared: Vec<(String, String)>,
+    /// Of the files, those that a checkpoint in memory refers to in checkpoint storage (a
+    /// failover's restore): name and key. Storage most likely holds them still; a store opened
+    /// from these files marks them [`SharedFile::restored`](crate::state::SharedFile::restored)
+    /// in its checkpoints, which then write only those that storage lacks.
+    #[serde(default)]
+    pub restored_shared: Vec<(String, String)>,
 }
 
 impl StoreFiles {

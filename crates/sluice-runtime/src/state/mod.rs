@@ -112,10 +112,18 @@ pub struct SharedFile {
     /// writing the file again. Never written.
     #[serde(skip)]
     pub ahead: bool,
+    /// Whether the store was restored after a failover from a checkpoint in memory that
+    /// referred to this file under `key`: checkpoint storage most likely holds it still, so the
+    /// checkpoint writes it only if storage lacks it (retention may have removed it since).
+    /// Never written.
+    #[serde(skip)]
+    pub restored: bool,
 }
 
 impl StoreHandle {
-    /// The files as one local directory, for opening a store from them.
+    /// The files as one local directory, for opening a store from them. The shared files are
+    /// known to be in checkpoint storage when the restore fetched them from there, and only
+    /// likely to be when the handle comes from memory (a failover's).
     pub fn local_files(&self) -> Option<StoreFiles> {
         let dir = self.local.clone()?;
         let mut files: Vec<(String, u64)> = self
@@ -128,18 +136,22 @@ impl StoreHandle {
                 .iter()
                 .map(|(n, b)| (n.clone(), b.len() as u64)),
         );
+        let keys: Vec<(String, String)> = self
+            .shared
+            .iter()
+            .map(|f| (f.name.clone(), f.key.clone()))
+            .collect();
+        let (shared, restored_shared) = if self.fetched.is_some() {
+            (keys, Vec::new())
+        } else {
+            (Vec::new(), keys)
+        };
         Some(StoreFiles {
             dir,
             files,
             key_groups: self.key_groups.clone(),
-            shared: if self.fetched.is_some() {
-                self.shared
-                    .iter()
-                    .map(|f| (f.name.clone(), f.key.clone()))
-                    .collect()
-            } else {
-                Vec::new()
-            },
+            shared,
+            restored_shared,
         })
     }
 }

@@ -503,6 +503,24 @@ impl<B: BlobStore> CheckpointStorage for BlobCheckpointStorage<B> {
         Box::pin(async move { self.blobs.delete(&join_key(SHARED_DIR, key)).await })
     }
 
+    fn shared_present<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, Result<BTreeSet<String>, StorageError>> {
+        Box::pin(async move {
+            if keys.is_empty() {
+                return Ok(BTreeSet::new());
+            }
+            let present: BTreeSet<String> =
+                self.blobs.list(SHARED_DIR).await?.into_iter().collect();
+            Ok(keys
+                .iter()
+                .filter(|k| present.contains(&join_key(SHARED_DIR, k)))
+                .cloned()
+                .collect())
+        })
+    }
+
     fn fetch_shared<'a>(
         &'a self,
         key: &'a str,

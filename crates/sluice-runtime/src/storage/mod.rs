@@ -197,4 +197,16 @@ pub trait CheckpointStorage: Send + Sync + std::fmt::Debug {
         key: &'a str,
         path: &'a std::path::Path,
     ) -> BoxFuture<'a, Result<(), StorageError>>;
+
+    /// Which of the shared files `keys` the storage holds now: a store restored after a
+    /// failover from a checkpoint in memory refers to that checkpoint's files where they are
+    /// still there, rather than writing them again. A storage that cannot tell holds none (the
+    /// default), and the files are written again.
+    fn shared_present<'a>(
+        &'a self,
+        keys: &'a [String],
+    ) -> BoxFuture<'a, Result<std::collections::BTreeSet<String>, StorageError>> {
+        let _ = keys;
+        Box::pin(async { Ok(std::collections::BTreeSet::new()) })
+    }
 }

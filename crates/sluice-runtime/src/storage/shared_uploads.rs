@@ -381,6 +381,7 @@ mod tests {
             path: path.clone(),
             length,
             ahead: false,
+            restored: false,
         };
         let uploads = [
             ("k-000042.sst".to_string(), pending(&s.file, 5)),
