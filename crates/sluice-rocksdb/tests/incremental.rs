@@ -6,6 +6,7 @@
 use futures::future::BoxFuture;
 use sluice_core::CheckpointId;
 use sluice_rocksdb::RocksDbStateBackend;
+use sluice_runtime::JobHandle;
 use sluice_runtime::prelude::*;
 use sluice_runtime::process::{Context, KeyedProcessFunction};
 use sluice_runtime::storage::{
@@ -157,26 +158,31 @@ impl KeyedProcessFunction<u64, u64> for Keep {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checkpoints_upload_each_table_file_once_and_retention_removes_what_none_needs() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = tempfile::tempdir().unwrap();
+/// Starts the tests' job, parallelism 1, its keyed state incremental in RocksDB below `state`
+/// and checkpointed into a recording storage below `dir`, only when asked (so that each
+/// checkpoint follows a known amount of new data): 40,000 keys written once in the first
+/// stretch, then a few hot keys again and again. With `restart`, it restarts once after a
+/// failure.
+fn start(dir: &Path, state: &Path, restart: bool) -> (Arc<Recording>, Keep, JobHandle) {
     let storage = Arc::new(Recording {
-        inner: LocalCheckpointStorage::new(dir.path().join("chk"), NonZeroUsize::new(2).unwrap()),
+        inner: LocalCheckpointStorage::new(dir.join("chk"), NonZeroUsize::new(2).unwrap()),
         shared_writes: Mutex::new(Vec::new()),
     });
     let env = StreamEnvironment::new();
     env.set_parallelism(1);
-    // Checkpoints only when asked, so that each one follows a known amount of new data.
     env.enable_checkpointing(Duration::from_secs(3600));
     env.set_checkpoint_storage_backend(storage.clone());
+    if restart {
+        env.set_restart_strategy(
+            sluice_runtime::failover::RestartStrategy::fixed_delay(1, Duration::ZERO).unwrap(),
+        );
+    }
     env.set_state_backend(
-        RocksDbStateBackend::new(state.path())
+        RocksDbStateBackend::new(state)
             .memory_budget(8 << 20)
             .incremental(true),
     );
     let keep = Keep::new();
-    // 40,000 keys written once in the first stretch, then a few hot keys again and again.
     env.from_generator(
         Generator::new(|i: u64| if i < 40_000 { i } else { i % 100 }).rate_limit(200_000.0),
     )
@@ -184,6 +190,14 @@ async fn checkpoints_upload_each_table_file_once_and_retention_removes_what_none
     .process_keyed(keep.clone())
     .discard();
     let job = env.submit("incremental").unwrap();
+    (storage, keep, job)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_upload_each_table_file_once_and_retention_removes_what_none_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let (storage, keep, job) = start(dir.path(), state.path(), false);
 
     let mut referenced: Vec<BTreeSet<String>> = Vec::new();
     let mut written_before = 0;
@@ -267,30 +281,7 @@ async fn checkpoints_upload_each_table_file_once_and_retention_removes_what_none
 async fn after_a_failover_checkpoints_refer_to_the_table_files_storage_holds() {
     let dir = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let storage = Arc::new(Recording {
-        inner: LocalCheckpointStorage::new(dir.path().join("chk"), NonZeroUsize::new(2).unwrap()),
-        shared_writes: Mutex::new(Vec::new()),
-    });
-    let env = StreamEnvironment::new();
-    env.set_parallelism(1);
-    env.enable_checkpointing(Duration::from_secs(3600));
-    env.set_checkpoint_storage_backend(storage.clone());
-    env.set_restart_strategy(
-        sluice_runtime::failover::RestartStrategy::fixed_delay(1, Duration::ZERO).unwrap(),
-    );
-    env.set_state_backend(
-        RocksDbStateBackend::new(state.path())
-            .memory_budget(8 << 20)
-            .incremental(true),
-    );
-    let keep = Keep::new();
-    env.from_generator(
-        Generator::new(|i: u64| if i < 40_000 { i } else { i % 100 }).rate_limit(200_000.0),
-    )
-    .key_by(|k: &u64| *k)
-    .process_keyed(keep.clone())
-    .discard();
-    let job = env.submit("failover").unwrap();
+    let (storage, keep, job) = start(dir.path(), state.path(), true);
 
     keep.more(50_000).await;
     let pending = job.trigger_checkpoint().await.unwrap();

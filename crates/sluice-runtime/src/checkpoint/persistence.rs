@@ -673,14 +673,19 @@ mod tests {
     use crate::storage::LocalCheckpointStorage;
     use std::num::NonZeroUsize;
 
+    /// Local checkpoint storage in `dir`, retaining two checkpoints.
+    fn storage_in(dir: impl Into<PathBuf>) -> Arc<dyn CheckpointStorage> {
+        Arc::new(LocalCheckpointStorage::new(
+            dir.into(),
+            NonZeroUsize::new(2).unwrap(),
+        ))
+    }
+
     /// After a failover, a store restored from a checkpoint in memory refers to that
     /// checkpoint's table files under their keys: its checkpoint writes those that storage
     /// still holds no more (retention may have removed one since), and the others not at all.
-    #[test]
-    fn restored_table_files_are_written_only_where_storage_lacks_them() {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+    #[tokio::test]
+    async fn restored_table_files_are_written_only_where_storage_lacks_them() {
         let dir = tempfile::tempdir().unwrap();
         let file = |name: &str, bytes: &[u8]| {
             let path = dir.path().join(name);
@@ -690,33 +695,29 @@ mod tests {
         let kept = file("000007.sst", b"kept");
         let removed = file("000008.sst", b"removed since");
         let new = file("000009.sst", b"new file");
-        let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalCheckpointStorage::new(
-            dir.path().join("checkpoints"),
-            NonZeroUsize::new(2).unwrap(),
-        ));
+        let storage = storage_in(dir.path().join("checkpoints"));
+        storage.initialize().await.unwrap();
+        // Checkpoint storage holds the first file still; retention removed the second.
+        let keys = ["old-000007.sst", "old-000008.sst", "new-000009.sst"].map(String::from);
+        storage.write_shared(&keys[0], &kept).await.unwrap();
         let pending = |path: &PathBuf, restored| Pending {
             path: path.clone(),
             length: std::fs::metadata(path).unwrap().len(),
             ahead: false,
             restored,
         };
-        let keys = ["old-000007.sst", "old-000008.sst", "new-000009.sst"].map(String::from);
-        let (uploaded, present) = runtime.block_on(async {
-            storage.initialize().await.unwrap();
-            storage.write_shared(&keys[0], &kept).await.unwrap();
-            let uploads = Uploads::from([
-                (keys[0].clone(), pending(&kept, true)),
-                (keys[1].clone(), pending(&removed, true)),
-                (keys[2].clone(), pending(&new, false)),
-            ]);
-            let uploaded = upload_all(&storage, uploads).await.unwrap();
-            (uploaded, storage.shared_present(&keys).await.unwrap())
-        });
+        let uploads = Uploads::from([
+            (keys[0].clone(), pending(&kept, true)),
+            (keys[1].clone(), pending(&removed, true)),
+            (keys[2].clone(), pending(&new, false)),
+        ]);
+        let uploaded = upload_all(&storage, uploads).await.unwrap();
         assert_eq!(
             uploaded,
             13 + 8,
             "the file retention removed and the new one are written, the one still there is not"
         );
+        let present = storage.shared_present(&keys).await.unwrap();
         assert_eq!(present.len(), 3, "every file is in storage: {present:?}");
     }
 
@@ -731,10 +732,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let table = dir.path().join("000007.sst");
         std::fs::write(&table, b"table file").unwrap();
-        let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalCheckpointStorage::new(
-            dir.path().join("checkpoints"),
-            NonZeroUsize::new(2).unwrap(),
-        ));
+        let storage = storage_in(dir.path().join("checkpoints"));
         let mut state = OperatorState::default();
         state.store_handles_mut().push(crate::state::StoreHandle {
             backend: "rocksdb".into(),
@@ -794,10 +792,7 @@ mod tests {
     #[tokio::test]
     async fn the_size_of_a_checkpoint_counts_what_task_managers_uploaded() {
         let dir = tempfile::tempdir().unwrap();
-        let storage: Arc<dyn CheckpointStorage> = Arc::new(LocalCheckpointStorage::new(
-            dir.path(),
-            NonZeroUsize::new(2).unwrap(),
-        ));
+        let storage = storage_in(dir.path());
         storage.initialize().await.unwrap();
         let (id, node) = (CheckpointId(1), NodeId(0));
         // A task manager wrote the state file and uploaded 1,000 bytes of table files.
