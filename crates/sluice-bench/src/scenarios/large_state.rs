@@ -46,7 +46,7 @@ use sluice_rocksdb::{Compaction, RocksDbStateBackend};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -148,6 +148,11 @@ pub struct ProbeArgs {
     /// checkpoint are then not counted).
     #[arg(long)]
     storage: Option<String>,
+    /// With `--checkpoints`: fail the job once after this interval's checkpoint (1 is the
+    /// first interval), so that it restarts from that checkpoint in memory; the next
+    /// interval's figures are those of the first checkpoint after a failover.
+    #[arg(long)]
+    fail_after_interval: Option<u32>,
 }
 
 /// What one probe reports, as one JSON line.
@@ -164,6 +169,9 @@ struct Probe {
     /// Per interval after the first checkpoint: what its checkpoint took and wrote.
     intervals: Vec<Interval>,
     restore_ms: f64,
+    /// Times the job restarted (once with `--fail-after-interval`).
+    #[serde(default)]
+    restarts: u32,
 }
 
 /// One interval of updates and the checkpoint that ends it.
@@ -315,13 +323,15 @@ fn run_flink(
     Ok(probe)
 }
 
-/// Keeps a value of `bytes` bytes per key; counts what it processed and signals marks.
+/// Keeps a value of `bytes` bytes per key; counts what it processed and signals marks; fails
+/// once when `fail` is set.
 #[derive(Clone)]
 struct Keep {
     bytes: usize,
     seen: Arc<AtomicU64>,
     mark: Arc<AtomicU64>,
     reached: Arc<Notify>,
+    fail: Arc<AtomicBool>,
 }
 
 impl KeyedProcessFunction<u64, u64> for Keep {
@@ -332,6 +342,9 @@ impl KeyedProcessFunction<u64, u64> for Keep {
         i: u64,
         ctx: &mut Context<'_, u64, Vec<u8>, ()>,
     ) -> Result<(), UserError> {
+        if self.fail.swap(false, Ordering::Relaxed) {
+            return Err("failing once, for a failover (--fail-after-interval)".into());
+        }
         let v = ctx.state();
         v.clear();
         v.resize(self.bytes, (i % 251) as u8);
@@ -396,11 +409,19 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
     if let Some(b) = backend(args)? {
         env.set_state_backend(b);
     }
+    let fail = Arc::new(AtomicBool::new(false));
+    if args.fail_after_interval.is_some() {
+        env.set_restart_strategy(sluice_runtime::failover::RestartStrategy::fixed_delay(
+            1,
+            Duration::ZERO,
+        )?);
+    }
     let f = Keep {
         bytes: args.value_bytes,
         seen: seen.clone(),
         mark: mark.clone(),
         reached: reached.clone(),
+        fail: fail.clone(),
     };
     env.from_generator(Generator::new(move |i| key_of(i, keys)))
         .key_by(|k: &u64| *k)
@@ -420,6 +441,7 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
         first_checkpoint_ms: 0.0,
         intervals: Vec::new(),
         restore_ms: 0.0,
+        restarts: 0,
     };
     let checkpoint = || async {
         let t = Instant::now();
@@ -439,7 +461,7 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
     }
     let rounds = if args.checkpoints { args.intervals } else { 1 };
     let mut updating = Duration::ZERO;
-    for _ in 0..rounds {
+    for round in 1..=rounds {
         let start = Instant::now();
         mark.store(
             seen.load(Ordering::Relaxed) + args.updates,
@@ -471,9 +493,13 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
             });
             probe.state_bytes = state_bytes;
             previous = Some(id);
+            if args.fail_after_interval == Some(round) {
+                fail.store(true, Ordering::Relaxed);
+            }
         }
     }
     probe.update_per_s = (args.updates * u64::from(rounds)) as f64 / updating.as_secs_f64();
+    probe.restarts = job.observer().snapshot().restarts;
     job.cancel();
     let _ = job.await;
     probe.peak_rss_mib = peak_rss_kib()? as f64 / 1024.0;
@@ -500,6 +526,7 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
             seen: Arc::new(AtomicU64::new(0)),
             mark: Arc::new(AtomicU64::new(u64::MAX)),
             reached: Arc::new(Notify::new()),
+            fail: Arc::new(AtomicBool::new(false)),
         };
         env.from_generator(Generator::new(move |i| key_of(i, keys)).take(1))
             .key_by(|k: &u64| *k)
