@@ -201,14 +201,16 @@ impl RocksDbStore {
         for (name, length) in files.files {
             if name.ends_with(".sst") {
                 let known = confirmed.get(&name).or_else(|| ahead.done.get(&name));
-                let likely = known.is_none().then(|| restored.get(&name)).flatten();
+                // Restored files are never uploaded ahead (the store is seeded before its
+                // uploads ahead start), so a file is at most one of known, restored or ahead.
+                let likely = restored.get(&name).filter(|_| known.is_none());
                 let key = known
                     .or(likely)
                     .cloned()
                     .unwrap_or_else(|| inc.key_of(&name));
                 named.push((name.clone(), key.clone()));
                 shared.push(SharedFile {
-                    ahead: known.is_none() && likely.is_none() && ahead.started.contains(&name),
+                    ahead: known.is_none() && ahead.started.contains(&name),
                     restored: likely.is_some(),
                     name,
                     key,
