@@ -121,12 +121,15 @@ pub(crate) enum TaskError {
     PeerGone(String),
     /// A runtime defect.
     Internal(String),
+    /// The job stopped the task on its own thread ([`crate::task::thread`]), and the thread
+    /// has dropped it: the end of a stop, as a cancelled task's on a worker.
+    Stopped,
 }
 
 impl TaskError {
     /// Root causes are reported in preference to their consequences.
     pub(crate) fn is_root_cause(&self) -> bool {
-        !matches!(self, TaskError::PeerGone(_))
+        !matches!(self, TaskError::PeerGone(_) | TaskError::Stopped)
     }
 
     pub(crate) fn into_job_error(self) -> JobError {
@@ -134,6 +137,7 @@ impl TaskError {
             TaskError::Failed(f) => JobError::TaskFailed(f),
             TaskError::PeerGone(m) => JobError::Internal(format!("a task lost its peer: {m}")),
             TaskError::Internal(m) => JobError::Internal(m),
+            TaskError::Stopped => JobError::Internal("a task was stopped".into()),
         }
     }
 }

@@ -147,10 +147,18 @@ mod store_calls {
     struct Gate {
         waiting: Arc<Notify>,
         release: Mutex<Option<Receiver<()>>>,
+        /// The names of the threads the store was called on.
+        threads: Mutex<Vec<String>>,
     }
 
     impl Gate {
         fn pass(&self) -> Result<(), StoreError> {
+            if let Ok(mut threads) = self.threads.lock() {
+                let name = std::thread::current().name().unwrap_or("").to_string();
+                if !threads.contains(&name) {
+                    threads.push(name);
+                }
+            }
             let Some(release) = self.release.lock().ok().and_then(|mut r| r.take()) else {
                 return Ok(());
             };
@@ -229,6 +237,7 @@ mod store_calls {
         let gate = Arc::new(Gate {
             waiting: waiting.clone(),
             release: Mutex::new(Some(release)),
+            threads: Mutex::default(),
         });
         let releaser = tokio::spawn(async move {
             waiting.notified().await;
@@ -237,7 +246,7 @@ mod store_calls {
         let env = StreamEnvironment::new();
         env.set_parallelism(1).set_state_backend(FirstReadWaits {
             inner: MemoryStateBackend::new(0),
-            gate,
+            gate: gate.clone(),
         });
         let out = env
             .from_iter((0..40u64).collect::<Vec<_>>())
@@ -260,5 +269,129 @@ mod store_calls {
             .collect();
         expected.sort_unstable();
         assert_eq!(sums, expected);
+        // As Flink runs each task on a thread, the keyed task has one of its own.
+        assert_eq!(
+            *gate.threads.lock().unwrap(),
+            vec!["sluice-keyed".to_string()]
+        );
+    }
+
+    /// A keyed task on a thread of its own stops when the job is cancelled, however long its
+    /// input (at parallelism 1 the endless source is in the keyed task's chain, so nothing but
+    /// the cancel ends it), and the job ends only once the thread has dropped its operators and
+    /// store: a second job may open the same store at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_job_ends_after_its_keyed_task_dropped_its_store_on_its_thread() {
+        let (dropped_tx, dropped) = std::sync::mpsc::channel();
+        let gate = Arc::new(Gate {
+            waiting: Arc::new(Notify::new()),
+            release: Mutex::new(None),
+            threads: Mutex::default(),
+        });
+        let env = StreamEnvironment::new();
+        env.set_parallelism(1).set_state_backend(Dropped {
+            inner: FirstReadWaits {
+                inner: MemoryStateBackend::new(0),
+                gate: gate.clone(),
+            },
+            dropped: Mutex::new(dropped_tx),
+        });
+        let seen = Arc::new(Notify::new());
+        let first = seen.clone();
+        env.from_generator(Generator::new(|i| i))
+            .key_by(|v: &u64| v % 16)
+            .count_window(3)
+            .reduce(|a, b| a + b)
+            .map(move |v| {
+                first.notify_one();
+                v
+            })
+            .discard();
+        let job = env.submit("endless keyed").unwrap();
+        seen.notified().await;
+        assert_eq!(
+            *gate.threads.lock().unwrap(),
+            vec!["sluice-keyed".to_string()]
+        );
+        job.cancel();
+        let _ = job.await;
+        assert_eq!(
+            dropped.try_recv(),
+            Ok(()),
+            "the job ended before its keyed task dropped its store"
+        );
+    }
+
+    /// Tells `dropped` when a store it opened is dropped.
+    #[derive(Debug)]
+    struct Dropped {
+        inner: FirstReadWaits,
+        dropped: Mutex<std::sync::mpsc::Sender<()>>,
+    }
+
+    #[derive(Debug)]
+    struct TellsWhenDropped {
+        inner: Arc<dyn KeyedStore>,
+        dropped: std::sync::mpsc::Sender<()>,
+    }
+
+    impl Drop for TellsWhenDropped {
+        fn drop(&mut self) {
+            let _ = self.dropped.send(());
+        }
+    }
+
+    impl KeyedStateBackend for Dropped {
+        fn name(&self) -> &str {
+            "dropped"
+        }
+
+        fn open(&self, scope: &StoreScope) -> Result<Arc<dyn KeyedStore>, StoreError> {
+            let dropped = self
+                .dropped
+                .lock()
+                .map(|d| d.clone())
+                .map_err(|_| StoreError::Io {
+                    backend: "dropped".into(),
+                    operator: scope.describe(),
+                    action: "open",
+                    message: "poisoned".into(),
+                })?;
+            Ok(Arc::new(TellsWhenDropped {
+                inner: self.inner.open(scope)?,
+                dropped,
+            }))
+        }
+
+        fn value_caches(&self) -> ValueCaches {
+            self.inner.value_caches()
+        }
+    }
+
+    impl KeyedStore for TellsWhenDropped {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+            self.inner.get(key)
+        }
+
+        fn get_many(
+            &self,
+            keys: &[Vec<u8>],
+            f: &mut dyn FnMut(usize, Option<&[u8]>),
+        ) -> Result<(), StoreError> {
+            self.inner.get_many(keys, f)
+        }
+
+        fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
+            self.inner.write(batch)
+        }
+
+        fn scan(
+            &self,
+            start: &[u8],
+            end: &[u8],
+            f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+        ) -> Result<(), StoreError> {
+            self.inner.scan(start, end, f)
+        }
     }
 }

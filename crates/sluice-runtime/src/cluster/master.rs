@@ -32,6 +32,7 @@ use crate::job::deploy::{
 use crate::metrics::OperatorMetrics;
 use crate::operator::to_coordinator::ToCoordinator;
 use crate::task::control::{AttemptReport, TaskControl};
+use crate::task::thread::Started;
 use futures::future::BoxFuture;
 use sluice_core::sync::lock;
 use sluice_core::{AttemptNumber, CheckpointId, NodeId};
@@ -489,7 +490,7 @@ impl Drop for CancelOnDrop {
 }
 
 impl RunnableTask for Proxy {
-    fn run(self: Box<Self>) -> BoxFuture<'static, Result<(), TaskError>> {
+    fn run(self: Box<Self>) -> Started {
         let Proxy {
             index,
             attempt,
@@ -497,7 +498,7 @@ impl RunnableTask for Proxy {
             mut control,
             mut end,
         } = *self;
-        Box::pin(async move {
+        Started::on_the_workers(Box::pin(async move {
             let placement = batch.place().await?;
             let tm = placement
                 .get(&index)
@@ -538,6 +539,6 @@ impl RunnableTask for Proxy {
                     }
                 }
             }
-        })
+        }))
     }
 }

@@ -202,6 +202,7 @@ impl RemoteTaskError {
             },
             TaskError::PeerGone(m) => RemoteTaskError::PeerGone(m),
             TaskError::Internal(m) => RemoteTaskError::Internal(m),
+            TaskError::Stopped => RemoteTaskError::PeerGone("the task was stopped".into()),
         }
     }
 

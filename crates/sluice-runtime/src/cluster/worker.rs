@@ -297,7 +297,9 @@ impl Worker {
                 .ok_or_else(|| JobError::Internal(format!("task {index} has no mailbox")))?;
             let (ended, worker) = (ended.clone(), Arc::downgrade(self));
             let handle = tokio::spawn(async move {
-                let result = t.task.run().await;
+                // A task on a thread of its own stops there when this future is dropped (a
+                // cancel aborts it).
+                let result = t.task.run().run.await;
                 if let Err(e) = &result {
                     tracing::debug!(task = index, error = ?e, "task failed");
                 }

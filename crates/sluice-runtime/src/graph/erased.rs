@@ -5,7 +5,7 @@
 //! the record path; a failed downcast is a runtime defect and is reported as such.
 
 use crate::checkpoint::CheckpointSettings;
-use crate::error::{JobError, TaskError};
+use crate::error::JobError;
 use crate::exchange::gate::{GateChannel, InputGate};
 use crate::exchange::partitioner::Partitioner;
 use crate::exchange::remote::{self, OpenReceiver, OpenSender, Pump};
@@ -21,7 +21,7 @@ use crate::task::chain::{ChainStage, NullStage, OperatorStage, TeeStage, failure
 use crate::task::control::TaskMailbox;
 use crate::task::input::{SourceHeadInput, SourceInput, SourceReader, TaskInput};
 use crate::task::runner::Task;
-use futures::future::BoxFuture;
+use crate::task::thread::{Started, on_a_thread_of_its_own};
 use sluice_core::{Data, Either, UserError};
 use std::any::Any;
 use std::hash::Hash;
@@ -42,12 +42,18 @@ pub(crate) fn downcast<T: 'static>(b: AnyBox, what: &str) -> Result<T, JobError>
 
 /// A task ready to run.
 pub(crate) trait RunnableTask: Send {
-    fn run(self: Box<Self>) -> BoxFuture<'static, Result<(), TaskError>>;
+    /// Starts the task: a task whose chain calls a keyed store on a thread of its own
+    /// ([`crate::task::thread`]), any other on the workers that poll its future.
+    fn run(self: Box<Self>) -> Started;
 }
 
 impl<T: Send + 'static> RunnableTask for Task<T> {
-    fn run(self: Box<Self>) -> BoxFuture<'static, Result<(), TaskError>> {
-        Box::pin((*self).run())
+    fn run(self: Box<Self>) -> Started {
+        if self.calls_a_store() {
+            on_a_thread_of_its_own(Box::pin((*self).run()))
+        } else {
+            Started::on_the_workers(Box::pin((*self).run()))
+        }
     }
 }
 

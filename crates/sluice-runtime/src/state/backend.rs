@@ -169,8 +169,8 @@ pub struct StoreStats {
 ///
 /// Methods take `&self` (a store is shared by the states of its operator) and are called from
 /// the operator's task only. They may do blocking I/O: a task whose operators are keyed and
-/// keep their state in a store runs its batches, watermarks and checkpoints off the runtime's
-/// workers (`tokio::task::block_in_place` on a multi-threaded runtime).
+/// keep their state in a store runs on a thread of its own, off the runtime's workers, on a
+/// multi-threaded runtime.
 pub trait KeyedStore: Send + Sync + fmt::Debug {
     /// The value at `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;

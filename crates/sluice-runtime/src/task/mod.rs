@@ -9,3 +9,4 @@ pub(crate) mod chain;
 pub(crate) mod control;
 pub(crate) mod input;
 pub(crate) mod runner;
+pub(crate) mod thread;

@@ -16,10 +16,11 @@
 //!
 //! Keyed stores: a chain whose operators call a keyed store (RocksDB) may wait on disk in a
 //! batch, a watermark (timers firing), a checkpoint (the store's flush), its opening (a restore)
-//! or its closing. It runs those off
-//! the runtime's worker with [`tokio::task::block_in_place`], as Flink runs each task on a
-//! thread of its own, so that the worker's other tasks (the job master, timers, other
-//! subtasks, the uploads) move to another thread meanwhile ([`off_worker`]).
+//! or its closing. Such a task runs on a thread of its own ([`crate::task::thread`]), as Flink
+//! runs each task. Where it runs on a worker after all (its thread could not start), it runs
+//! those calls inside [`tokio::task::block_in_place`], so that the worker's other tasks (the job
+//! master, timers, other subtasks, the uploads) move to another thread meanwhile
+//! ([`off_worker`]); on its own thread that is a no-op.
 //!
 //! Lifecycle: running → finishing (input ended; operators drain) → lingering (with checkpointing:
 //! waits for the final checkpoint, still answering triggers) → done.
@@ -137,6 +138,12 @@ impl<T: Send + 'static> Task<T> {
     pub(crate) fn with_store_calls(mut self, store_calls: bool) -> Self {
         self.store_calls = store_calls;
         self
+    }
+
+    /// Whether the task's chain calls a keyed store: it then runs on a thread of its own
+    /// ([`crate::task::thread`]).
+    pub(crate) fn calls_a_store(&self) -> bool {
+        self.store_calls
     }
 
     /// Runs the task to the end (or until it fails), then closes its operators.

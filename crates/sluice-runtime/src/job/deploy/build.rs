@@ -14,14 +14,14 @@ use super::{
     CONTROL_CAPACITY, DeployInputs, DeployedTask, Deployer, Deployment, MetricsRegistry,
     node_mailboxes,
 };
-use crate::error::{JobError, TaskError};
+use crate::error::JobError;
 use crate::exchange::remote::{ChannelKey, DataPlane, Pump, run_with_pumps};
 use crate::graph::erased::{AnyBox, OutputOps, RunnableTask, TaskParts};
 use crate::graph::{NodeKind, Partitioning, StreamGraph};
 use crate::operator::to_coordinator::CoordinatorLink;
 use crate::operator::{ContextParts, OperatorContext};
 use crate::task::control::{TaskControl, TaskMailbox};
-use futures::future::BoxFuture;
+use crate::task::thread::Started;
 use sluice_core::{AttemptNumber, NodeId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -383,12 +383,16 @@ struct WithPumps {
 }
 
 impl RunnableTask for WithPumps {
-    fn run(self: Box<Self>) -> BoxFuture<'static, Result<(), TaskError>> {
+    fn run(self: Box<Self>) -> Started {
         let WithPumps {
             task,
             sends,
             receives,
         } = *self;
-        Box::pin(run_with_pumps(task.run(), sends, receives))
+        let Started { run, stop } = task.run();
+        Started {
+            run: Box::pin(run_with_pumps(run, sends, receives)),
+            stop,
+        }
     }
 }

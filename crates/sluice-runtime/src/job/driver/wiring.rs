@@ -8,6 +8,7 @@ use crate::job::machine::{JobFact, TaskExit, TaskIndex};
 use crate::job::spec::JobSpec;
 use crate::operator::to_coordinator::{DirectSlot, ToCoordinator};
 use crate::task::control::{AttemptReport, TaskControl};
+use crate::task::thread::{Started, ThreadStop};
 use sluice_core::{AttemptNumber, NodeId};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -67,13 +68,22 @@ impl Wiring {
 pub(super) struct RunningTasks {
     pub(super) set: JoinSet<Result<(), TaskError>>,
     pub(super) ids: HashMap<tokio::task::Id, (TaskIndex, AttemptNumber)>,
-    pub(super) handles: BTreeMap<TaskIndex, AbortHandle>,
+    pub(super) handles: BTreeMap<TaskIndex, Stopper>,
+}
+
+/// How a running task is stopped: a task on the workers is aborted (its future is dropped where
+/// it is polled); a task on a thread of its own is asked to stop there, and its future ends once
+/// the thread has dropped it, so that the job sees the end only when the task let go of its
+/// stores.
+pub(super) struct Stopper {
+    spawned: AbortHandle,
+    thread: Option<ThreadStop>,
 }
 
 impl RunningTasks {
     pub(super) fn spawn(&mut self, t: DeployedTask, attempt: AttemptNumber) {
         let (index, description) = (t.index, t.description);
-        let fut = t.task.run();
+        let Started { run: fut, stop } = t.task.run();
         let handle = self.set.spawn(async move {
             let r = fut.await;
             if let Err(e) = &r {
@@ -82,14 +92,23 @@ impl RunningTasks {
             r
         });
         self.ids.insert(handle.id(), (index, attempt));
-        self.handles.insert(index, handle);
+        let stopper = Stopper {
+            spawned: handle,
+            thread: stop,
+        };
+        self.handles.insert(index, stopper);
     }
 
     /// Stops `tasks`; their ends come out of the join set.
     pub(super) fn stop(&self, tasks: &[TaskIndex]) {
         for t in tasks {
-            if let Some(h) = self.handles.get(t) {
-                h.abort();
+            match self.handles.get(t) {
+                Some(Stopper {
+                    thread: Some(thread),
+                    ..
+                }) => thread.stop(),
+                Some(Stopper { spawned, .. }) => spawned.abort(),
+                None => {}
             }
         }
     }
@@ -101,6 +120,7 @@ impl RunningTasks {
     ) -> Option<JobFact> {
         let (id, exit) = match joined {
             Ok((id, Ok(()))) => (id, TaskExit::Finished),
+            Ok((id, Err(TaskError::Stopped))) => (id, TaskExit::Cancelled),
             Ok((id, Err(e))) => (id, TaskExit::Failed(e)),
             Err(j) if j.is_cancelled() => (j.id(), TaskExit::Cancelled),
             Err(j) => (
