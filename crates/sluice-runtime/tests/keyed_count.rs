@@ -136,11 +136,13 @@ mod store_calls {
     use tokio::sync::Notify;
 
     /// The first read of any store it opens blocks its thread until `release` is received,
-    /// after waking `waiting`; the stores are in memory otherwise.
+    /// after waking `waiting`; the stores are in memory otherwise. Each store it opens sends
+    /// on `dropped`, if set, when it is dropped.
     #[derive(Debug)]
     struct FirstReadWaits {
         inner: MemoryStateBackend,
         gate: Arc<Gate>,
+        dropped: Option<Mutex<std::sync::mpsc::Sender<()>>>,
     }
 
     #[derive(Debug)]
@@ -178,6 +180,15 @@ mod store_calls {
     struct Waiting {
         inner: Arc<dyn KeyedStore>,
         gate: Arc<Gate>,
+        dropped: Option<std::sync::mpsc::Sender<()>>,
+    }
+
+    impl Drop for Waiting {
+        fn drop(&mut self) {
+            if let Some(dropped) = &self.dropped {
+                let _ = dropped.send(());
+            }
+        }
     }
 
     impl KeyedStateBackend for FirstReadWaits {
@@ -186,9 +197,19 @@ mod store_calls {
         }
 
         fn open(&self, scope: &StoreScope) -> Result<Arc<dyn KeyedStore>, StoreError> {
+            let dropped = match &self.dropped {
+                Some(d) => Some(d.lock().map(|d| d.clone()).map_err(|_| StoreError::Io {
+                    backend: "first-read-waits".into(),
+                    operator: scope.describe(),
+                    action: "open",
+                    message: "poisoned".into(),
+                })?),
+                None => None,
+            };
             Ok(Arc::new(Waiting {
                 inner: self.inner.open(scope)?,
                 gate: self.gate.clone(),
+                dropped,
             }))
         }
 
@@ -247,6 +268,7 @@ mod store_calls {
         env.set_parallelism(1).set_state_backend(FirstReadWaits {
             inner: MemoryStateBackend::new(0),
             gate: gate.clone(),
+            dropped: None,
         });
         let out = env
             .from_iter((0..40u64).collect::<Vec<_>>())
@@ -289,12 +311,10 @@ mod store_calls {
             threads: Mutex::default(),
         });
         let env = StreamEnvironment::new();
-        env.set_parallelism(1).set_state_backend(Dropped {
-            inner: FirstReadWaits {
-                inner: MemoryStateBackend::new(0),
-                gate: gate.clone(),
-            },
-            dropped: Mutex::new(dropped_tx),
+        env.set_parallelism(1).set_state_backend(FirstReadWaits {
+            inner: MemoryStateBackend::new(0),
+            gate: gate.clone(),
+            dropped: Some(Mutex::new(dropped_tx)),
         });
         let seen = Arc::new(Notify::new());
         let first = seen.clone();
@@ -320,78 +340,5 @@ mod store_calls {
             Ok(()),
             "the job ended before its keyed task dropped its store"
         );
-    }
-
-    /// Tells `dropped` when a store it opened is dropped.
-    #[derive(Debug)]
-    struct Dropped {
-        inner: FirstReadWaits,
-        dropped: Mutex<std::sync::mpsc::Sender<()>>,
-    }
-
-    #[derive(Debug)]
-    struct TellsWhenDropped {
-        inner: Arc<dyn KeyedStore>,
-        dropped: std::sync::mpsc::Sender<()>,
-    }
-
-    impl Drop for TellsWhenDropped {
-        fn drop(&mut self) {
-            let _ = self.dropped.send(());
-        }
-    }
-
-    impl KeyedStateBackend for Dropped {
-        fn name(&self) -> &str {
-            "dropped"
-        }
-
-        fn open(&self, scope: &StoreScope) -> Result<Arc<dyn KeyedStore>, StoreError> {
-            let dropped = self
-                .dropped
-                .lock()
-                .map(|d| d.clone())
-                .map_err(|_| StoreError::Io {
-                    backend: "dropped".into(),
-                    operator: scope.describe(),
-                    action: "open",
-                    message: "poisoned".into(),
-                })?;
-            Ok(Arc::new(TellsWhenDropped {
-                inner: self.inner.open(scope)?,
-                dropped,
-            }))
-        }
-
-        fn value_caches(&self) -> ValueCaches {
-            self.inner.value_caches()
-        }
-    }
-
-    impl KeyedStore for TellsWhenDropped {
-        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-            self.inner.get(key)
-        }
-
-        fn get_many(
-            &self,
-            keys: &[Vec<u8>],
-            f: &mut dyn FnMut(usize, Option<&[u8]>),
-        ) -> Result<(), StoreError> {
-            self.inner.get_many(keys, f)
-        }
-
-        fn write(&self, batch: Vec<StoreWrite>) -> Result<(), StoreError> {
-            self.inner.write(batch)
-        }
-
-        fn scan(
-            &self,
-            start: &[u8],
-            end: &[u8],
-            f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-        ) -> Result<(), StoreError> {
-            self.inner.scan(start, end, f)
-        }
     }
 }
