@@ -298,6 +298,41 @@ mod store_calls {
         );
     }
 
+    /// A panic in user code in a keyed task on a thread of its own fails the job with its
+    /// message, as on a worker.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_in_user_code_on_a_keyed_tasks_thread_fails_the_job_with_its_message() {
+        let gate = Arc::new(Gate {
+            waiting: Arc::new(Notify::new()),
+            release: Mutex::new(None),
+            threads: Mutex::default(),
+        });
+        let env = StreamEnvironment::new();
+        env.set_parallelism(1).set_state_backend(FirstReadWaits {
+            inner: MemoryStateBackend::new(0),
+            gate: gate.clone(),
+            dropped: None,
+        });
+        let _out = env
+            .from_iter((0..40u64).collect::<Vec<_>>())
+            .key_by(|v: &u64| v % 4)
+            .count_window(5)
+            .reduce(|a, b| {
+                assert!(a + b < 100, "a sum reached 100");
+                a + b
+            })
+            .collect();
+        let err = env.execute("a reduce that panics").await.unwrap_err();
+        let failure = err
+            .task_failure()
+            .unwrap_or_else(|| panic!("not a task failure: {err}"));
+        assert!(failure.message.contains("a sum reached 100"), "{err}");
+        assert_eq!(
+            *gate.threads.lock().unwrap(),
+            vec!["sluice-keyed".to_string()]
+        );
+    }
+
     /// A keyed task on a thread of its own stops when the job is cancelled, however long its
     /// input (at parallelism 1 the endless source is in the keyed task's chain, so nothing but
     /// the cancel ends it), and the job ends only once the thread has dropped its operators and

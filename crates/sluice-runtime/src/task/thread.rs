@@ -74,29 +74,21 @@ pub(crate) fn on_a_thread_of_its_own(task: BoxedRun) -> Started {
     }
     let (stop, registration) = AbortHandle::new_pair();
     let (done, outcome) = tokio::sync::oneshot::channel();
-    // The task goes to the thread through a slot it can be taken back from if the thread does
-    // not start.
-    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some((task, registration))));
-    let handed = slot.clone();
+    // The task goes to the thread once it started, so that it stays here if it cannot start.
+    let (give, take) = std::sync::mpsc::sync_channel::<BoxedRun>(1);
     let spawned = std::thread::Builder::new()
         .name(TASK_THREAD.into())
         .spawn(move || {
-            let taken = handed.lock().ok().and_then(|mut s| s.take());
-            let Some((task, registration)) = taken else {
-                return;
-            };
-            let _ = done.send(drive(&runtime, task, registration));
+            if let Ok(task) = take.recv() {
+                let _ = done.send(drive(&runtime, task, registration));
+            }
         });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "cannot start a thread for a keyed task; it runs on the workers");
-        return match slot.lock().ok().and_then(|mut s| s.take()) {
-            Some((task, _)) => Started::on_the_workers(task),
-            None => Started::on_the_workers(Box::pin(async {
-                Err(TaskError::Internal(
-                    "a keyed task's thread failed to start after taking the task".into(),
-                ))
-            })),
-        };
+        return Started::on_the_workers(task);
+    }
+    if let Err(std::sync::mpsc::SendError(task)) = give.send(task) {
+        return Started::on_the_workers(task);
     }
     let waits = StopOnDrop(stop.clone());
     let run = Box::pin(async move {

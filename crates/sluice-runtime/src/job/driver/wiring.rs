@@ -75,9 +75,9 @@ pub(super) struct RunningTasks {
 /// it is polled); a task on a thread of its own is asked to stop there, and its future ends once
 /// the thread has dropped it, so that the job sees the end only when the task let go of its
 /// stores.
-pub(super) struct Stopper {
-    spawned: AbortHandle,
-    thread: Option<ThreadStop>,
+pub(super) enum Stopper {
+    Abort(AbortHandle),
+    Thread(ThreadStop),
 }
 
 impl RunningTasks {
@@ -92,9 +92,9 @@ impl RunningTasks {
             r
         });
         self.ids.insert(handle.id(), (index, attempt));
-        let stopper = Stopper {
-            spawned: handle,
-            thread: stop,
+        let stopper = match stop {
+            Some(thread) => Stopper::Thread(thread),
+            None => Stopper::Abort(handle),
         };
         self.handles.insert(index, stopper);
     }
@@ -103,11 +103,8 @@ impl RunningTasks {
     pub(super) fn stop(&self, tasks: &[TaskIndex]) {
         for t in tasks {
             match self.handles.get(t) {
-                Some(Stopper {
-                    thread: Some(thread),
-                    ..
-                }) => thread.stop(),
-                Some(Stopper { spawned, .. }) => spawned.abort(),
+                Some(Stopper::Thread(thread)) => thread.stop(),
+                Some(Stopper::Abort(spawned)) => spawned.abort(),
                 None => {}
             }
         }
