@@ -5,8 +5,10 @@
 // Job, as sluice's: record i = 0, 1, 2, ... is key_of(i) (i for i < keys, then a scrambled key:
 // i * 0x9E3779B97F4A7C15 rotated left by 17, unsigned, modulo keys) -> keyBy(the record) -> a
 // KeyedProcessFunction whose ValueState<byte[]> per key is read, set to value_bytes bytes of
-// (record % 251) and written back -> a discarding sink; parallelism 1, in a MiniCluster inside
-// this JVM (1 TaskManager, 1 slot).
+// (record % 251) and written back -> a discarding sink; in a MiniCluster inside this JVM (1
+// TaskManager). With --parallelism P (default 1) the TaskManager has P slots, the keyed function
+// and the sink run P subtasks and the source one (the gate below counts what one reader emits);
+// the managed memory (the budget) is split among the slots, as sluice's stores share theirs.
 //
 // State: EmbeddedRocksDBStateBackend (state.backend.type: rocksdb, leveled compaction, Flink's
 // default, with Snappy) with incremental checkpoints (execution.checkpointing.incremental), its
@@ -58,7 +60,7 @@
 //
 // Usage: java <add-opens flags> -cp <classes>:<pyflink/lib/*> LargeStateFlink
 //            --keys N --updates N --intervals N --value-bytes N --budget-mib N --dir DIR
-//            [--pause true|false] [--tuned true|false] [--buffer-timeout-ms N]
+//            [--pause true|false] [--tuned true|false] [--buffer-timeout-ms N] [--parallelism P]
 // Prints one JSON line on stdout.
 
 import java.nio.file.Files;
@@ -293,11 +295,14 @@ public class LargeStateFlink {
     /** Keeps a value of `bytes` bytes per key; counts what it processed and signals MARK. */
     static final class Keep extends KeyedProcessFunction<Long, Long, Void> {
         final int bytes;
+        /** Several subtasks count into SEEN together (else each counts its own, cheaper). */
+        final boolean shared;
         transient ValueState<byte[]> state;
         transient long seen;
 
-        Keep(int bytes) {
+        Keep(int bytes, boolean shared) {
             this.bytes = bytes;
+            this.shared = shared;
         }
 
         @Override
@@ -316,8 +321,13 @@ public class LargeStateFlink {
             }
             Arrays.fill(v, (byte) (r % 251));
             state.update(v);
-            long n = ++seen;
-            SEEN.lazySet(n);
+            long n;
+            if (shared) {
+                n = SEEN.incrementAndGet();
+            } else {
+                n = ++seen;
+                SEEN.lazySet(n);
+            }
             if (n == 1) {
                 FIRST_NS = System.nanoTime();
             }
@@ -397,6 +407,7 @@ public class LargeStateFlink {
         boolean pause = true;
         boolean tuned = true;
         long bufferTimeoutMs = 100;
+        int parallelism = 1;
         String dir = null;
         for (int i = 0; i + 1 < args.length; i += 2) {
             switch (args[i]) {
@@ -409,6 +420,7 @@ public class LargeStateFlink {
                 case "--pause" -> pause = Boolean.parseBoolean(args[i + 1]);
                 case "--tuned" -> tuned = Boolean.parseBoolean(args[i + 1]);
                 case "--buffer-timeout-ms" -> bufferTimeoutMs = Long.parseLong(args[i + 1]);
+                case "--parallelism" -> parallelism = Integer.parseInt(args[i + 1]);
                 default -> throw new IllegalArgumentException("unknown flag " + args[i]);
             }
         }
@@ -437,7 +449,7 @@ public class LargeStateFlink {
             conf.setString("state.backend.rocksdb.memory.partitioned-index-filters", "true");
             conf.setString("state.backend.rocksdb.use-bloom-filter", "true");
         }
-        conf.set(TaskManagerOptions.NUM_TASK_SLOTS, 1);
+        conf.set(TaskManagerOptions.NUM_TASK_SLOTS, parallelism);
         conf.set(ExecutionOptions.BUFFER_TIMEOUT, Duration.ofMillis(bufferTimeoutMs));
         // RocksDB's working directory beside the checkpoints (io.tmp.dirs would be /tmp).
         Path work = Path.of(dir).toAbsolutePath().resolve("tmp");
@@ -447,20 +459,22 @@ public class LargeStateFlink {
         MiniCluster cluster = new MiniCluster(new MiniClusterConfiguration.Builder()
                 .setConfiguration(conf)
                 .setNumTaskManagers(1)
-                .setNumSlotsPerTaskManager(1)
+                .setNumSlotsPerTaskManager(parallelism)
                 .build());
         cluster.start();
 
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
-        env.setParallelism(1);
+        env.setParallelism(parallelism);
         env.getConfig().enableObjectReuse();
         env.setBufferTimeout(bufferTimeoutMs);
         final long k = keys;
         env.fromSource(new GatedSequence(), WatermarkStrategy.noWatermarks(), "generator")
+                .setParallelism(1)
                 .map(i -> keyOf(i, k))
                 .returns(Types.LONG)
+                .setParallelism(1)
                 .keyBy(r -> r, Types.LONG)
-                .process(new Keep(valueBytes))
+                .process(new Keep(valueBytes, parallelism > 1))
                 .returns(Types.VOID)
                 .sinkTo(new DiscardingSink<>());
         JobGraph graph = env.getStreamGraph().getJobGraph();
@@ -530,7 +544,7 @@ public class LargeStateFlink {
                 Locale.ROOT,
                 "{\"system\":\"flink\",\"keys\":%d,\"updates\":%d,\"intervals\":%d,"
                         + "\"value_bytes\":%d,\"budget_mib\":%d,\"pause\":%b,\"tuned\":%b,"
-                        + "\"buffer_timeout_ms\":%d,"
+                        + "\"buffer_timeout_ms\":%d,\"parallelism\":%d,"
                         + "\"load_per_s\":%.1f,\"update_per_s\":%.1f,\"startup_ms\":%.1f,"
                         + "\"first_checkpoint_ms\":%.1f,\"first_checkpoint_e2e_ms\":%d,"
                         + "\"first_checkpointed_bytes\":%d,\"first_state_bytes\":%d,"
@@ -547,6 +561,7 @@ public class LargeStateFlink {
                 pause,
                 tuned,
                 bufferTimeoutMs,
+                parallelism,
                 loadPerS,
                 updatePerS,
                 startupMs,

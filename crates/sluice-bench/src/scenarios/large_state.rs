@@ -106,6 +106,14 @@ pub struct Args {
     /// `flink/LargeStateFlink.java` and BENCHMARKS.md).
     #[arg(long)]
     flink: bool,
+    /// With `--flink`: the parallelisms to compare at, each in pairs of runs (Flink's keyed
+    /// function at P subtasks in P slots that split the budget; sluice's large case at P,
+    /// whose stores share it). `1,2,4` compares at each.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    flink_parallelism: Vec<usize>,
+    /// With `--flink`: only the comparisons beside Flink, none of the other cases.
+    #[arg(long, requires = "flink")]
+    only_flink: bool,
 }
 
 /// Flags of the hidden `large-state-probe`: one case in this process.
@@ -265,6 +273,7 @@ fn run_flink(
     updates: u64,
     value_bytes: usize,
     budget_mib: u64,
+    parallelism: usize,
     dir: &Path,
 ) -> anyhow::Result<FlinkProbe> {
     use super::nexmark::flink::Flink;
@@ -296,6 +305,7 @@ fn run_flink(
         .args(["--intervals", &INTERVALS.to_string()])
         .args(["--value-bytes", &value_bytes.to_string()])
         .args(["--budget-mib", &budget_mib.to_string()])
+        .args(["--parallelism", &parallelism.to_string()])
         // As sluice's generator: records flow on while a checkpoint runs.
         .args(["--pause", "false"])
         // Partitioned index and filter blocks and bloom filters, as sluice's backend has.
@@ -652,26 +662,37 @@ fn case_args(
 /// ratios are the medians of the pairs', each pair measured within a few minutes.
 const FLINK_PAIRS: usize = 3;
 
-/// The `flink` row: [`FLINK_PAIRS`] pairs of a Flink run and a sluice run of the large case,
-/// alternated, and the medians of their ratios; `leveled` (sluice's leveled case, run once
-/// earlier) is set beside Flink's medians.
+/// The `flink` row (`flink-p<P>` above parallelism 1): [`FLINK_PAIRS`] pairs of a Flink run
+/// and a sluice run of the large case, both at `parallelism`, alternated, and the medians of
+/// their ratios; `leveled` (sluice's leveled case, run once earlier, if it ran) is set beside
+/// Flink's medians.
+#[allow(clippy::too_many_arguments)]
 fn beside_flink(
     keys: u64,
     updates: u64,
     vb: usize,
     budget_mib: u64,
-    leveled: &Probe,
+    parallelism: usize,
+    leveled: Option<&Probe>,
     fresh: &dyn Fn(&str) -> anyhow::Result<PathBuf>,
 ) -> anyhow::Result<serde_json::Value> {
+    let case = match parallelism {
+        1 => "flink".to_string(),
+        p => format!("flink-p{p}"),
+    };
     let mut pairs = Vec::new();
     for i in 0..FLINK_PAIRS {
-        eprintln!("... beside Flink, pair {} of {FLINK_PAIRS}", i + 1);
+        eprintln!(
+            "... beside Flink at parallelism {parallelism}, pair {} of {FLINK_PAIRS}",
+            i + 1
+        );
         let f = run_flink(
             keys,
             updates,
             vb,
             budget_mib,
-            &fresh(&format!("flink-{i}"))?,
+            parallelism,
+            &fresh(&format!("{case}-{i}"))?,
         )?;
         let mut a = case_args(
             "rocksdb",
@@ -680,9 +701,14 @@ fn beside_flink(
             vb,
             budget_mib,
             true,
-            &fresh(&format!("flink-sluice-{i}"))?,
+            &fresh(&format!("{case}-sluice-{i}"))?,
         );
-        a.extend(["--intervals".into(), INTERVALS.to_string()]);
+        a.extend([
+            "--intervals".into(),
+            INTERVALS.to_string(),
+            "--parallelism".into(),
+            parallelism.to_string(),
+        ]);
         let s = run_probe(&a)?;
         eprintln!(
             "    Flink: load {:.0} k/s, updates {:.1} k/s; sluice: load {:.0} k/s, updates \
@@ -734,8 +760,8 @@ fn beside_flink(
             })
         })
         .collect();
-    Ok(serde_json::json!({
-        "scenario": "large-state", "case": "flink", "keys": keys,
+    let mut row = serde_json::json!({
+        "scenario": "large-state", "case": case, "keys": keys, "parallelism": parallelism,
         "budget_mib": budget_mib, "updates_per_interval": updates,
         "allocator": pairs.first().map(|(f, _)| f.allocator.clone()).unwrap_or_default(),
         "pairs": FLINK_PAIRS, "runs": runs,
@@ -746,42 +772,32 @@ fn beside_flink(
         "sluice_over_flink_update": median_f64(&update), "sluice_over_flink_updates": update,
         "flink_over_sluice_checkpoint_ms": median_f64(&checkpoint),
         "flink_over_sluice_checkpoint_ms_pairs": checkpoint,
-        "sluice_leveled_over_flink_load": leveled.load_per_s / f_load.max(1e-9),
-        "sluice_leveled_over_flink_update": leveled.update_per_s / f_update.max(1e-9),
-        "flink_over_sluice_leveled_checkpoint_ms":
-            f_checkpoint / leveled.mean_checkpoint_ms().max(1e-9),
-    }))
+    });
+    if let (Some(leveled), Some(fields)) = (leveled, row.as_object_mut()) {
+        fields.insert(
+            "sluice_leveled_over_flink_load".into(),
+            (leveled.load_per_s / f_load.max(1e-9)).into(),
+        );
+        fields.insert(
+            "sluice_leveled_over_flink_update".into(),
+            (leveled.update_per_s / f_update.max(1e-9)).into(),
+        );
+        fields.insert(
+            "flink_over_sluice_leveled_checkpoint_ms".into(),
+            (f_checkpoint / leveled.mean_checkpoint_ms().max(1e-9)).into(),
+        );
+    }
+    Ok(row)
 }
 
-/// Runs the scenario.
-pub fn run(args: &Args) -> anyhow::Result<()> {
-    let quick = args.common.quick;
-    let vb = args.value_bytes;
-    // Bytes per key in memory or on disk are about the value plus 20 bytes of key and overhead.
-    let per_key = vb as u64 + 20;
-    let (fits_budget, large_budget) = if quick { (1024, 32) } else { (1024, 256) };
-    let fits_keys = 1_000_000;
-    let large_keys = 10 * large_budget * MIB / per_key;
-    eprintln!(
-        "large-state on {}: {vb}-byte values; fits: {fits_keys} keys, budget {fits_budget} MiB; \
-         large: {large_keys} keys (~{} MiB), budget {large_budget} MiB; RocksDB: {} library; \
-         allocator: {}; {}",
-        machine(),
-        large_keys * per_key / MIB,
-        sluice_rocksdb::LIBRARY,
-        crate::ALLOCATOR_NAME,
-        allocator_env()
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" "),
-    );
-    let tmp = tempfile::tempdir()?;
-    let fresh = |name: &str| -> anyhow::Result<PathBuf> {
-        let d = tmp.path().join(name);
-        std::fs::create_dir_all(&d)?;
-        Ok(d)
-    };
+/// The `fits` row: [`FITS_PAIRS`] pairs of the heap and RocksDB on `keys` keys that fit in
+/// `budget_mib`, and the medians of their ratios.
+fn fits(
+    vb: usize,
+    fits_keys: u64,
+    fits_budget: u64,
+    fresh: &dyn Fn(&str) -> anyhow::Result<PathBuf>,
+) -> anyhow::Result<serde_json::Value> {
     // Three updates per key, so that the measure is of a warm cache rather than of first reads.
     eprintln!("... fits: the heap, then RocksDB, {fits_keys} keys, {FITS_PAIRS} times");
     let mut pairs = Vec::new();
@@ -816,7 +832,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .into_iter()
             .fold(0.0, f64::max)
     };
-    let mut rows = vec![serde_json::json!({
+    let row = serde_json::json!({
         "scenario": "large-state", "case": "fits", "keys": fits_keys, "budget_mib": fits_budget,
         "rocksdb_library": sluice_rocksdb::LIBRARY, "malloc_arena_max": malloc_arenas(),
         "allocator": crate::ALLOCATOR_NAME,
@@ -829,23 +845,60 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "rocksdb_update_per_s": median_f64(&of(|p| p.update_per_s, true)),
         "update_ratio": update_ratio, "update_ratios": update_ratios,
         "heap_peak_rss_mib": peak(false), "rocksdb_peak_rss_mib": peak(true),
-    })];
+    });
     eprintln!(
         "    RocksDB / heap: load {load_ratio:.2}, updates {update_ratio:.2} (medians of \
          {FITS_PAIRS})"
     );
+    Ok(row)
+}
+
+/// Runs the scenario.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let quick = args.common.quick;
+    let vb = args.value_bytes;
+    // Bytes per key in memory or on disk are about the value plus 20 bytes of key and overhead.
+    let per_key = vb as u64 + 20;
+    let (fits_budget, large_budget) = if quick { (1024, 32) } else { (1024, 256) };
+    let fits_keys = 1_000_000;
+    let large_keys = 10 * large_budget * MIB / per_key;
+    eprintln!(
+        "large-state on {}: {vb}-byte values; fits: {fits_keys} keys, budget {fits_budget} MiB; \
+         large: {large_keys} keys (~{} MiB), budget {large_budget} MiB; RocksDB: {} library; \
+         allocator: {}; {}",
+        machine(),
+        large_keys * per_key / MIB,
+        sluice_rocksdb::LIBRARY,
+        crate::ALLOCATOR_NAME,
+        allocator_env()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    let tmp = tempfile::tempdir()?;
+    let fresh = |name: &str| -> anyhow::Result<PathBuf> {
+        let d = tmp.path().join(name);
+        std::fs::create_dir_all(&d)?;
+        Ok(d)
+    };
+    let mut rows = Vec::new();
+    if !args.only_flink {
+        rows.push(fits(vb, fits_keys, fits_budget, &fresh)?);
+    }
     // Each interval updates 1 % of the large case's keys: the same number of changed keys at
     // twice the state, so that the doubling measures what the size of the state adds.
     let updates = (large_keys / 100).max(1);
     let mut large = Vec::new();
     // `large-leveled` is the first with leveled compaction, beside the default universal;
     // `large-p4` the large case at parallelism 4: four stores and four states share the budget.
-    for (name, keys, compaction, parallelism) in [
+    let cases = [
         ("large", large_keys, "universal", 1),
         ("large-x2", 2 * large_keys, "universal", 1),
         ("large-leveled", large_keys, "leveled", 1),
         ("large-p4", large_keys, "universal", 4),
-    ] {
+    ];
+    for &(name, keys, compaction, parallelism) in if args.only_flink { &[][..] } else { &cases } {
         let mut a = case_args(
             "rocksdb",
             keys,
@@ -896,7 +949,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }));
         large.push(p);
     }
-    if let Some(endpoint) = &args.s3_endpoint {
+    if let (Some(endpoint), Some(local)) = (&args.s3_endpoint, large.first()) {
         // The large case again, its checkpoints in a bucket: the restore fetches every table
         // file from the object store.
         let bucket = format!("large-state-{}", std::process::id());
@@ -929,23 +982,28 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             "mean_checkpoint_ms": p.mean_checkpoint_ms(),
             "peak_rss_mib": p.peak_rss_mib,
             "restore_ms": p.restore_ms,
-            "restore_vs_local": p.restore_ms / large[0].restore_ms.max(1e-9),
+            "restore_vs_local": p.restore_ms / local.restore_ms.max(1e-9),
         }));
     }
     if args.flink {
-        rows.push(beside_flink(
-            large_keys,
-            updates,
-            vb,
-            large_budget,
-            &large[2],
-            &fresh,
-        )?);
+        for &parallelism in &args.flink_parallelism {
+            rows.push(beside_flink(
+                large_keys,
+                updates,
+                vb,
+                large_budget,
+                parallelism.max(1),
+                large.get(2),
+                &fresh,
+            )?);
+        }
     }
-    rows.push(serde_json::json!({
-        "scenario": "large-state", "case": "doubling",
-        "mean_checkpoint_growth": large[1].mean_checkpoint_ms() / large[0].mean_checkpoint_ms().max(1e-9),
-    }));
+    if let [large, x2, ..] = &large[..] {
+        rows.push(serde_json::json!({
+            "scenario": "large-state", "case": "doubling",
+            "mean_checkpoint_growth": x2.mean_checkpoint_ms() / large.mean_checkpoint_ms().max(1e-9),
+        }));
+    }
     for r in &rows {
         if args.common.json {
             println!("{r}");
@@ -959,6 +1017,30 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn flink_comparisons_take_a_list_of_parallelisms_and_only_flink_needs_flink() {
+        use clap::Parser;
+        let cli = Cli::try_parse_from([
+            "large-state",
+            "--flink",
+            "--only-flink",
+            "--flink-parallelism",
+            "1,2,4",
+        ])
+        .unwrap();
+        assert_eq!(cli.args.flink_parallelism, [1, 2, 4]);
+        assert!(cli.args.only_flink);
+        let default = Cli::try_parse_from(["large-state"]).unwrap();
+        assert_eq!(default.args.flink_parallelism, [1]);
+        assert!(Cli::try_parse_from(["large-state", "--only-flink"]).is_err());
+    }
 
     #[test]
     fn keys_are_loaded_in_order_then_updated_within_range() {
