@@ -260,3 +260,37 @@ async fn a_cancelled_job_has_closed_its_stores_when_it_ends() {
     sums.sort_unstable();
     assert_eq!(sums, vec![6, 9]);
 }
+
+/// A state directory the backend cannot create (a file lies where it should be) fails the job
+/// at once with an error that names the backend, the operator subtask and the path, instead
+/// of a hang or a retry without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_directory_that_cannot_be_made_fails_the_job_naming_operator_and_path() {
+    use sluice_runtime::prelude::*;
+    let dir = tempfile::tempdir().unwrap();
+    let blocked = dir.path().join("state");
+    std::fs::write(&blocked, b"not a directory").unwrap();
+    let env = StreamEnvironment::new();
+    env.set_parallelism(1)
+        .set_state_backend(RocksDbStateBackend::new(&blocked));
+    let _out = env
+        .from_iter((0..6u64).collect::<Vec<_>>())
+        .key_by(|v: &u64| v % 2)
+        .count_window(3)
+        .reduce(|a, b| a + b)
+        .collect();
+    let err = env
+        .execute("on a blocked directory")
+        .await
+        .expect_err("the job cannot keep its state");
+    let message = format!("{err:#}");
+    assert!(
+        message.contains("cannot open the rocksdb state store"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&blocked.display().to_string()),
+        "{message}"
+    );
+    assert!(message.contains("Window Reduce (subtask 0)"), "{message}");
+}
