@@ -114,7 +114,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Which allocator serves Rust's allocations and the C library's `malloc` in this binary.
 pub(crate) const ALLOCATOR_NAME: &str = if cfg!(feature = "mimalloc") {
-    "mimalloc (also malloc)"
+    "mimalloc 2 (also malloc)"
 } else {
     "the C library's malloc"
 };

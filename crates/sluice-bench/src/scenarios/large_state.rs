@@ -25,7 +25,7 @@
 //!   medians of the pairs'.
 //!
 //! Each engine's RocksDB allocates through a faster allocator than glibc's, as in production:
-//! sluice's probes through mimalloc, which this binary builds with its `override` feature so
+//! sluice's probes through mimalloc 2, which this binary builds with its `override` feature so
 //! that it serves `malloc` too (the rows' `allocator`), with `MIMALLOC_ALLOW_THP=0
 //! MIMALLOC_PURGE_DELAY=10` (`MIMALLOC`), as the guide advises; Flink's JVM through jemalloc,
 //! preloaded when Debian's `libjemalloc2` is installed, as Flink's Docker images do (its row's
@@ -62,10 +62,11 @@ const FITS_PAIRS: usize = 3;
 const MALLOC_ARENA_MAX: &str = "2";
 
 /// mimalloc's settings in sluice's probes (this binary's Rust allocator), unless set already:
-/// no transparent huge pages, and freed memory returned after 10 ms (mimalloc 3's defaults
-/// back its arenas with 2 MiB pages and keep freed memory for a second). Measured on the quick
-/// case, they halved the peak RSS over the budget at parallelism 1 and 4 at the same
-/// throughput (BENCHMARKS.md, "The allocators' share").
+/// no transparent huge pages, and freed memory returned after 10 ms (mimalloc 2's default;
+/// mimalloc 3 backs its arenas with 2 MiB pages and keeps freed memory for a second, and on
+/// the quick case these two halved its peak RSS over the budget at the same throughput,
+/// BENCHMARKS.md, "The allocators' share"). They stay so that a build with mimalloc 3 is
+/// measured as the guide advises too.
 const MIMALLOC: [(&str, &str); 2] = [("MIMALLOC_ALLOW_THP", "0"), ("MIMALLOC_PURGE_DELAY", "10")];
 
 /// `MALLOC_ARENA_MAX` for the scenario's processes: the caller's, or [`MALLOC_ARENA_MAX`].
