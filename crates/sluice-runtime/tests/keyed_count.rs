@@ -154,6 +154,23 @@ mod store_calls {
     }
 
     impl Gate {
+        /// A gate whose first read waits for `release` (none: it passes at once).
+        fn new(release: Option<Receiver<()>>) -> Arc<Gate> {
+            Arc::new(Gate {
+                waiting: Arc::new(Notify::new()),
+                release: Mutex::new(release),
+                threads: Mutex::default(),
+            })
+        }
+
+        /// The store was called on the keyed task's own thread only.
+        fn assert_called_on_the_keyed_thread(&self) {
+            assert_eq!(
+                *self.threads.lock().unwrap(),
+                vec!["sluice-keyed".to_string()]
+            );
+        }
+
         fn pass(&self) -> Result<(), StoreError> {
             if let Ok(mut threads) = self.threads.lock() {
                 let name = std::thread::current().name().unwrap_or("").to_string();
@@ -248,28 +265,34 @@ mod store_calls {
         }
     }
 
+    /// A job environment at parallelism 1 whose keyed state goes through `gate` to a memory
+    /// store; `dropped` hears when the store is dropped.
+    fn through(
+        gate: &Arc<Gate>,
+        dropped: Option<std::sync::mpsc::Sender<()>>,
+    ) -> StreamEnvironment {
+        let env = StreamEnvironment::new();
+        env.set_parallelism(1).set_state_backend(FirstReadWaits {
+            inner: MemoryStateBackend::new(0),
+            gate: gate.clone(),
+            dropped: dropped.map(Mutex::new),
+        });
+        env
+    }
+
     /// One worker thread: while the keyed task waits in its store, the only thing that lets it
     /// go on is a task on that same worker. Run on the worker, the store's wait would hold it
     /// and the read would fail after 20 s; run off it, the worker runs the other task at once.
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_keyed_task_waiting_in_its_store_does_not_hold_up_its_worker() {
         let (release_tx, release) = std::sync::mpsc::sync_channel(1);
-        let waiting = Arc::new(Notify::new());
-        let gate = Arc::new(Gate {
-            waiting: waiting.clone(),
-            release: Mutex::new(Some(release)),
-            threads: Mutex::default(),
-        });
+        let gate = Gate::new(Some(release));
+        let waiting = gate.waiting.clone();
         let releaser = tokio::spawn(async move {
             waiting.notified().await;
             release_tx.send(()).is_ok()
         });
-        let env = StreamEnvironment::new();
-        env.set_parallelism(1).set_state_backend(FirstReadWaits {
-            inner: MemoryStateBackend::new(0),
-            gate: gate.clone(),
-            dropped: None,
-        });
+        let env = through(&gate, None);
         let out = env
             .from_iter((0..40u64).collect::<Vec<_>>())
             .key_by(|v: &u64| v % 4)
@@ -292,27 +315,15 @@ mod store_calls {
         expected.sort_unstable();
         assert_eq!(sums, expected);
         // As Flink runs each task on a thread, the keyed task has one of its own.
-        assert_eq!(
-            *gate.threads.lock().unwrap(),
-            vec!["sluice-keyed".to_string()]
-        );
+        gate.assert_called_on_the_keyed_thread();
     }
 
     /// A panic in user code in a keyed task on a thread of its own fails the job with its
     /// message, as on a worker.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_panic_in_user_code_on_a_keyed_tasks_thread_fails_the_job_with_its_message() {
-        let gate = Arc::new(Gate {
-            waiting: Arc::new(Notify::new()),
-            release: Mutex::new(None),
-            threads: Mutex::default(),
-        });
-        let env = StreamEnvironment::new();
-        env.set_parallelism(1).set_state_backend(FirstReadWaits {
-            inner: MemoryStateBackend::new(0),
-            gate: gate.clone(),
-            dropped: None,
-        });
+        let gate = Gate::new(None);
+        let env = through(&gate, None);
         let _out = env
             .from_iter((0..40u64).collect::<Vec<_>>())
             .key_by(|v: &u64| v % 4)
@@ -327,10 +338,7 @@ mod store_calls {
             .task_failure()
             .unwrap_or_else(|| panic!("not a task failure: {err}"));
         assert!(failure.message.contains("a sum reached 100"), "{err}");
-        assert_eq!(
-            *gate.threads.lock().unwrap(),
-            vec!["sluice-keyed".to_string()]
-        );
+        gate.assert_called_on_the_keyed_thread();
     }
 
     /// A keyed task on a thread of its own stops when the job is cancelled, however long its
@@ -340,17 +348,8 @@ mod store_calls {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_job_ends_after_its_keyed_task_dropped_its_store_on_its_thread() {
         let (dropped_tx, dropped) = std::sync::mpsc::channel();
-        let gate = Arc::new(Gate {
-            waiting: Arc::new(Notify::new()),
-            release: Mutex::new(None),
-            threads: Mutex::default(),
-        });
-        let env = StreamEnvironment::new();
-        env.set_parallelism(1).set_state_backend(FirstReadWaits {
-            inner: MemoryStateBackend::new(0),
-            gate: gate.clone(),
-            dropped: Some(Mutex::new(dropped_tx)),
-        });
+        let gate = Gate::new(None);
+        let env = through(&gate, Some(dropped_tx));
         let seen = Arc::new(Notify::new());
         let first = seen.clone();
         env.from_generator(Generator::new(|i| i))
@@ -364,10 +363,7 @@ mod store_calls {
             .discard();
         let job = env.submit("endless keyed").unwrap();
         seen.notified().await;
-        assert_eq!(
-            *gate.threads.lock().unwrap(),
-            vec!["sluice-keyed".to_string()]
-        );
+        gate.assert_called_on_the_keyed_thread();
         job.cancel();
         let _ = job.await;
         assert_eq!(
