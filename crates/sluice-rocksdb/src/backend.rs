@@ -2,6 +2,7 @@
 //! [`RocksDbStore`](crate::store::RocksDbStore) per keyed operator subtask.
 
 use crate::budget::{self, Split};
+use crate::expiry::ExpiredValuesFactory;
 use crate::store::RocksDbStore;
 use crate::write_buffers::WriteBuffers;
 use rocksdb::{
@@ -9,7 +10,7 @@ use rocksdb::{
     Options, UniversalCompactOptions,
 };
 use sluice_runtime::state::{
-    KeyedStateBackend, KeyedStore, StoreError, StoreFiles, StoreScope, ValueCaches,
+    Expiry, KeyedStateBackend, KeyedStore, StoreError, StoreFiles, StoreScope, ValueCaches,
 };
 use std::fmt;
 use std::ops::Range;
@@ -215,6 +216,7 @@ impl RocksDbStateBackend {
         cache: &Cache,
         compression: DBCompressionType,
         write_buffer: usize,
+        expiry: &Arc<Expiry>,
     ) -> Options {
         let mut table = BlockBasedOptions::default();
         table.set_block_cache(cache);
@@ -252,6 +254,10 @@ impl RocksDbStateBackend {
         o.set_memtable_prefix_bloom_ratio(0.1);
         o.set_memtable_whole_key_filtering(true);
         o.set_max_background_jobs(2);
+        // Compactions drop the expired values of states with a time-to-live.
+        o.set_compaction_filter_factory(ExpiredValuesFactory {
+            expiry: expiry.clone(),
+        });
         // No `enable_statistics`: at the one level the C API sets, RocksDB's statistics time
         // every file read and every `MultiGet`, which cost a sixth of the updates per second at
         // 22 M keys. The stores count what their metrics need themselves (`store.rs`).
@@ -310,11 +316,12 @@ impl RocksDbStateBackend {
         // uncompressed.
         // Counted in before opening, so that the store opens with its share.
         let buffers = self.write_buffers.join();
-        let options = self.options(&cache, DBCompressionType::Lz4, buffers.bytes());
+        let expiry = Arc::new(Expiry::new());
+        let options = self.options(&cache, DBCompressionType::Lz4, buffers.bytes(), &expiry);
         let db = match open_db(&options, &dir) {
             Ok(db) => db,
             Err(e) if e.to_string().contains("ompression") => {
-                let plain = self.options(&cache, DBCompressionType::None, buffers.bytes());
+                let plain = self.options(&cache, DBCompressionType::None, buffers.bytes(), &expiry);
                 open_db(&plain, &dir).map_err(|e| fail(e.to_string()))?
             }
             Err(e) => return Err(fail(e.to_string())),
@@ -344,6 +351,7 @@ impl RocksDbStateBackend {
             incremental,
             self.readers().map_err(fail)?,
             buffers,
+            expiry,
         ))
     }
 

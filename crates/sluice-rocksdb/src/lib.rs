@@ -10,6 +10,8 @@
 //!   RocksDB instance (reads, batched writes without a write-ahead log, ordered scans, metrics);
 //! - `budget.rs`: how the budget is split between the block cache, write buffers and the
 //!   decoded-value caches, pure functions;
+//! - `expiry.rs`: the compaction filter that drops the expired values of states with a
+//!   time-to-live;
 //! - `write_buffers.rs`: the write buffers all stores share, each store re-sizing its own as
 //!   stores open and close.
 //!
@@ -34,6 +36,7 @@
 
 mod backend;
 mod budget;
+mod expiry;
 mod store;
 mod write_buffers;
 

@@ -8,7 +8,7 @@ use rocksdb::perf::{PerfContext, PerfMetric, PerfStatsLevel};
 use rocksdb::{DB, ReadOptions, WriteBatch, WriteOptions};
 use sluice_core::CheckpointId;
 use sluice_runtime::state::{
-    KeyedStore, SharedFile, StoreError, StoreFiles, StoreHandle, StoreScope, StoreStats,
+    Expiry, KeyedStore, SharedFile, StoreError, StoreFiles, StoreHandle, StoreScope, StoreStats,
     StoreWrite, UploadAhead,
 };
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,6 +38,8 @@ pub(crate) struct RocksDbStore {
     incremental: Option<Incremental>,
     /// Its share of the backend's write buffers.
     buffers: WriteBufferShare,
+    /// Which of its states expire, for its compactions' filter (`expiry.rs`).
+    expiry: Arc<Expiry>,
 }
 
 /// What an incremental store knows of its checkpoints.
@@ -113,6 +115,7 @@ impl RocksDbStore {
         incremental: Option<Incremental>,
         readers: Option<Arc<rayon::ThreadPool>>,
         buffers: WriteBufferShare,
+        expiry: Arc<Expiry>,
     ) -> Self {
         let mut write = WriteOptions::default();
         write.disable_wal(true);
@@ -127,7 +130,15 @@ impl RocksDbStore {
             key_groups: scope.key_groups(),
             incremental,
             buffers,
+            expiry,
         }
+    }
+
+    /// Compacts all of the store into one sorted run now (its memtable first), for tests.
+    #[cfg(test)]
+    pub(crate) fn compact_all(&self) -> Result<(), StoreError> {
+        self.db()?.compact_range::<&[u8], &[u8]>(None, None);
+        Ok(())
     }
 
     fn db(&self) -> Result<&DB, StoreError> {
@@ -663,6 +674,10 @@ impl KeyedStore for RocksDbStore {
             .into_iter()
             .filter_map(|n| ahead.done.remove(&n))
             .collect())
+    }
+
+    fn expiry(&self) -> Option<Arc<Expiry>> {
+        Some(self.expiry.clone())
     }
 
     fn stats(&self) -> StoreStats {

@@ -530,6 +530,14 @@ pub trait KeyedBroadcastProcessFunction<K, A, B>: Clone + Send + 'static {
     /// The state kept per key of the keyed input (`()` for none).
     type State: Default + Serialize + DeserializeOwned + Send + 'static;
 
+    /// How long a key's state lives after its last write; see
+    /// [`KeyedProcessFunction::state_ttl`](super::KeyedProcessFunction::state_ttl). `None` by
+    /// default. A visit of every key (`apply_to_keyed_state`) renews nothing and skips expired
+    /// states.
+    fn state_ttl(&self) -> Option<crate::state::StateTtlConfig> {
+        None
+    }
+
     /// Called once per subtask before any record.
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         let _ = ctx;
@@ -662,11 +670,15 @@ where
     P: KeyedBroadcastProcessFunction<K, A, B>,
 {
     pub(crate) fn new(func: P, key_fn: KF, broadcast: BroadcastStates) -> Self {
+        let state = match func.state_ttl() {
+            Some(ttl) => ValueState::with_ttl("_broadcast/state", ttl),
+            None => ValueState::new("_broadcast/state"),
+        };
         KeyedBroadcastProcessOperator {
             func,
             key_fn,
             broadcast,
-            state: ValueState::new("_broadcast/state"),
+            state,
             timers: InternalTimers::new("broadcast"),
             clock: ProcessingClock::new(),
             max_parallelism: crate::DEFAULT_MAX_PARALLELISM,

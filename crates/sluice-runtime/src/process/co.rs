@@ -218,6 +218,12 @@ pub trait KeyedCoProcessFunction<K, A, B>: Clone + Send + 'static {
     /// The state kept per key, shared by both inputs (`()` for none).
     type State: Default + Serialize + DeserializeOwned + Send + 'static;
 
+    /// How long a key's state lives after its last write; see
+    /// [`KeyedProcessFunction::state_ttl`]. `None` by default.
+    fn state_ttl(&self) -> Option<crate::state::StateTtlConfig> {
+        None
+    }
+
     /// Called once per subtask before any record.
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         let _ = ctx;
@@ -278,6 +284,10 @@ where
 {
     type Out = P::Out;
     type State = P::State;
+
+    fn state_ttl(&self) -> Option<crate::state::StateTtlConfig> {
+        self.func.state_ttl()
+    }
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         self.func.open(ctx)

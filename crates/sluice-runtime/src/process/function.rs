@@ -80,6 +80,49 @@ pub trait KeyedProcessFunction<K, In>: Clone + Send + 'static {
     /// The state kept per key (`()` for none).
     type State: Default + Serialize + DeserializeOwned + Send + 'static;
 
+    /// How long a key's state lives after its last write (Flink's `StateTtlConfig` on the
+    /// state's descriptor), in processing time; `None` (the default) keeps it until
+    /// [`Context::clear_state`]. Taking the state with [`Context::state`] counts as a write;
+    /// [`Context::state_if_present`] is a read. An expired state reads as absent, so
+    /// `state()` starts again from the default. Asked once, when the operator is made.
+    ///
+    /// ```
+    /// use sluice_runtime::prelude::*;
+    /// use sluice_runtime::process::{Context, KeyedProcessFunction};
+    /// use sluice_runtime::state::StateTtlConfig;
+    /// use std::time::Duration;
+    ///
+    /// /// Counts each user's clicks, forgetting a user idle for a day.
+    /// #[derive(Clone)]
+    /// struct Clicks;
+    ///
+    /// impl KeyedProcessFunction<u32, u32> for Clicks {
+    ///     type Out = (u32, u64);
+    ///     type State = u64;
+    ///
+    ///     fn state_ttl(&self) -> Option<StateTtlConfig> {
+    ///         Some(StateTtlConfig::new(Duration::from_secs(86_400)))
+    ///     }
+    ///
+    ///     fn process_element(&mut self, user: u32, ctx: &mut Context<'_, u32, u64, (u32, u64)>) -> Result<(), UserError> {
+    ///         *ctx.state() += 1;
+    ///         let clicks = *ctx.state();
+    ///         ctx.collect((user, clicks));
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let env = StreamEnvironment::new();
+    /// let counts = env.from_iter(vec![1u32, 2, 1]).key_by(|u| *u).process_keyed(Clicks).collect();
+    /// env.execute_blocking("clicks").unwrap();
+    /// let mut counts = counts.take();
+    /// counts.sort();
+    /// assert_eq!(counts, vec![(1, 1), (1, 2), (2, 1)]);
+    /// ```
+    fn state_ttl(&self) -> Option<crate::state::StateTtlConfig> {
+        None
+    }
+
     /// Called once per subtask before any record.
     fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
         let _ = ctx;

@@ -45,10 +45,14 @@ where
 {
     /// Runs `func` on records keyed by `key_fn` (the same function as the `key_by` before it).
     pub fn new(func: P, key_fn: KF) -> Self {
+        let state = match func.state_ttl() {
+            Some(ttl) => ValueState::with_ttl("_process/state", ttl),
+            None => ValueState::new("_process/state"),
+        };
         KeyedProcessOperator {
             func,
             key_fn,
-            state: ValueState::new("_process/state"),
+            state,
             timers: InternalTimers::new("process"),
             max_parallelism: crate::DEFAULT_MAX_PARALLELISM,
             _in: PhantomData,
@@ -224,5 +228,75 @@ mod tests {
             .filter_map(Tagged::into_main)
             .collect();
         assert_eq!(out[64..].iter().filter(|n| **n == 2).count(), 32 + 1);
+    }
+
+    /// Sums per key, forgetting a key a minute after its last record.
+    #[derive(Clone)]
+    struct IdleSum;
+
+    impl KeyedProcessFunction<u32, u32> for IdleSum {
+        type Out = u64;
+        type State = u64;
+        fn state_ttl(&self) -> Option<crate::state::StateTtlConfig> {
+            Some(crate::state::StateTtlConfig::new(
+                std::time::Duration::from_secs(60),
+            ))
+        }
+        fn process_element(
+            &mut self,
+            v: u32,
+            ctx: &mut Context<'_, u32, u64, u64>,
+        ) -> Result<(), UserError> {
+            Sum.process_element(v, ctx)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_idle_for_its_time_to_live_starts_again_also_after_a_restore() {
+        use std::time::Duration;
+        fn counts<Op: Operator<u32, Out = Tagged<u64>>>(
+            h: &OperatorTestHarness<u32, Op>,
+        ) -> Vec<u64> {
+            h.records()
+                .into_iter()
+                .filter_map(Tagged::into_main)
+                .collect()
+        }
+        for stored in [false, true] {
+            let ctx = crate::operator::OperatorContext::for_test("sum", 0, 1);
+            let ctx = if stored {
+                ctx.with_state_backend(
+                    std::sync::Arc::new(crate::state::CountingBackend::default()),
+                )
+            } else {
+                ctx
+            };
+            let mut h = OperatorTestHarness::with_context(
+                KeyedProcessOperator::new(IdleSum, |k: &u32| *k),
+                ctx,
+            );
+            h.process_batch(vec![1, 2, 1]).unwrap();
+            tokio::time::advance(Duration::from_secs(40)).await;
+            h.process_batch(vec![2]).unwrap();
+            let snapshot = h.snapshot(1).unwrap();
+            tokio::time::advance(Duration::from_secs(20)).await;
+            h.process_batch(vec![1, 2]).unwrap();
+            assert_eq!(
+                counts(&h),
+                vec![1, 1, 2, 2, 1, 3],
+                "key 1 idle a minute: from 1 again"
+            );
+
+            let mut back =
+                OperatorTestHarness::new(KeyedProcessOperator::new(IdleSum, |k: &u32| *k))
+                    .restore(vec![snapshot])
+                    .unwrap();
+            back.process_batch(vec![2, 1]).unwrap();
+            assert_eq!(
+                counts(&back),
+                vec![3, 1],
+                "restored with its times of last write"
+            );
+        }
     }
 }

@@ -254,6 +254,14 @@ pub trait KeyedStore: Send + Sync + fmt::Debug {
     fn take_orphans(&self) -> Result<Vec<String>, StoreError> {
         Ok(Vec::new())
     }
+
+    /// Where the states with a time-to-live in front of this store register, when the store
+    /// drops their expired entries on its own (RocksDB, in its compactions: see
+    /// [`ExpiryRules::expired`](super::ExpiryRules::expired)); `None` (the default) when only
+    /// the states' reads and snapshots remove them.
+    fn expiry(&self) -> Option<Arc<super::Expiry>> {
+        None
+    }
 }
 
 /// Opens a [`KeyedStore`] per operator subtask; chosen per job.

@@ -10,6 +10,7 @@
 //! with the other.
 
 use super::backend::{KeyedStore, StoreError, StoreWrite, key_prefix, prefix_end, state_id};
+use super::value::ValueState;
 use super::value_cache::{CacheShare, ValueCaches};
 use super::{KeyGroupEntry, OperatorState, StateError};
 use crate::key_groups::key_group;
@@ -37,32 +38,10 @@ fn capacity(bytes: usize, per_entry: usize) -> usize {
     (bytes / per_entry.max(1)).max(MIN_CACHED)
 }
 
-/// One value per key, for operators after `key_by`.
-///
-/// The operator owns it as a field, updates it per record, writes it in `snapshot_state` and reads
-/// it back in `initialize_state`. Only the keys of this subtask's key groups come back.
-///
-/// On the heap (the default) every method is a hash-map operation. After
-/// [`attach`](Self::attach) to a store, the methods that read (`get`, `get_mut`,
-/// `get_or_default`, `update`, `remove`) load a missing key from the store, and the values
-/// changed go back to it in batches; a store failure there is kept and returned by
-/// [`take_error`](Self::take_error), which the operator checks after each call of user code.
-///
-/// ```
-/// use sluice_runtime::state::ValueState;
-/// use sluice_runtime::OperatorState;
-///
-/// let mut counts: ValueState<String, u64> = ValueState::new("counts");
-/// *counts.get_or_default("alice".into()) += 2;
-/// let mut snapshot = OperatorState::default();
-/// counts.snapshot_into(128, &mut snapshot).unwrap();
-///
-/// let mut restored: ValueState<String, u64> = ValueState::new("counts");
-/// restored.restore_from(&snapshot).unwrap();
-/// assert_eq!(restored.get(&"alice".to_string()), Some(&2));
-/// ```
+/// The values of a [`ValueState`] without a time-to-live, or its stamped values with one: the
+/// heap map or the store tier, and everything a state does with them.
 #[derive(Debug)]
-pub struct ValueState<K, V> {
+pub(crate) struct Values<K, V> {
     name: String,
     tier: Tier<K, V>,
 }
@@ -73,14 +52,14 @@ enum Tier<K, V> {
     Store(Box<StoreTier<K, V>>),
 }
 
-impl<K: Clone, V: Clone> Clone for ValueState<K, V> {
+impl<K: Clone, V: Clone> Clone for Values<K, V> {
     /// A copy of a heap state; a state attached to a store copies as an empty heap state.
     fn clone(&self) -> Self {
         let tier = match &self.tier {
             Tier::Heap(m) => Tier::Heap(m.clone()),
             Tier::Store(_) => Tier::Heap(FxHashMap::default()),
         };
-        ValueState {
+        Values {
             name: self.name.clone(),
             tier,
         }
@@ -457,21 +436,21 @@ fn decode_error(operator: &str, state: &str, e: CodecError) -> StoreError {
     }
 }
 
-impl<K, V> ValueState<K, V>
+impl<K, V> Values<K, V>
 where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned,
     V: Serialize + DeserializeOwned,
 {
     /// An empty state named `name` (unique within its operator), on the heap.
-    pub fn new(name: &str) -> Self {
-        ValueState {
+    pub(crate) fn new(name: &str) -> Self {
+        Values {
             name: name.to_string(),
             tier: Tier::Heap(FxHashMap::default()),
         }
     }
 
     /// The state's name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
@@ -480,7 +459,7 @@ where
     /// goes to the store, and from now on at most about its share of `caches` (a byte count is
     /// a fixed share) of decoded values stay in memory. Attaching twice is an error of the
     /// caller and keeps the first store.
-    pub fn attach(
+    pub(crate) fn attach(
         &mut self,
         store: Arc<dyn KeyedStore>,
         max_parallelism: usize,
@@ -534,8 +513,32 @@ where
     }
 
     /// Whether the state is in front of a store.
-    pub fn is_attached(&self) -> bool {
+    pub(crate) fn is_attached(&self) -> bool {
         matches!(self.tier, Tier::Store(_))
+    }
+
+    /// Number of keys on the heap; `None` in front of a store.
+    pub(crate) fn heap_len(&self) -> Option<usize> {
+        match &self.tier {
+            Tier::Heap(m) => Some(m.len()),
+            Tier::Store(_) => None,
+        }
+    }
+
+    /// On the heap, keeps only the keys for which `keep` returns true; in front of a store it
+    /// does nothing.
+    pub(crate) fn retain_heap(&mut self, mut keep: impl FnMut(&K, &V) -> bool) {
+        if let Tier::Heap(m) = &mut self.tier {
+            m.retain(|k, v| keep(k, v));
+        }
+    }
+
+    /// Keeps `e` for [`take_error`](Self::take_error) (in front of a store; the heap has no
+    /// store failures).
+    pub(crate) fn keep_error(&mut self, e: StoreError) {
+        if let Tier::Store(s) = &mut self.tier {
+            s.keep(e);
+        }
     }
 
     /// Whether the state is in front of a store whose snapshots are its files (so a snapshot
@@ -611,7 +614,7 @@ where
     /// The first store failure since the last call, if any. With a store, the reading methods
     /// cannot return one: they act as if the key had no value and keep the failure here, and
     /// the operator fails with it after the user code that saw it returns.
-    pub fn take_error(&mut self) -> Option<StoreError> {
+    pub(crate) fn take_error(&mut self) -> Option<StoreError> {
         match &mut self.tier {
             Tier::Heap(_) => None,
             Tier::Store(s) => s.error.take(),
@@ -635,7 +638,7 @@ where
     /// }
     /// assert_eq!(counts.get(&3), Some(&2));
     /// ```
-    pub fn prefetch<'a>(&mut self, keys: impl IntoIterator<Item = &'a K>)
+    pub(crate) fn prefetch<'a>(&mut self, keys: impl IntoIterator<Item = &'a K>)
     where
         K: 'a,
     {
@@ -645,7 +648,7 @@ where
     }
 
     /// The value of `key`.
-    pub fn get(&mut self, key: &K) -> Option<&V> {
+    pub(crate) fn get(&mut self, key: &K) -> Option<&V> {
         match &mut self.tier {
             Tier::Heap(m) => m.get(key),
             Tier::Store(s) => s.slot_ref(&self.name, key).value.as_ref(),
@@ -653,7 +656,7 @@ where
     }
 
     /// The value of `key`, mutably.
-    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+    pub(crate) fn get_mut(&mut self, key: &K) -> Option<&mut V> {
         match &mut self.tier {
             Tier::Heap(m) => m.get_mut(key),
             Tier::Store(s) => {
@@ -667,7 +670,7 @@ where
     }
 
     /// The value of `key`, inserting the default first if absent.
-    pub fn get_or_default(&mut self, key: K) -> &mut V
+    pub(crate) fn get_or_default(&mut self, key: K) -> &mut V
     where
         V: Default,
     {
@@ -682,7 +685,7 @@ where
     }
 
     /// Sets the value of `key`, returning the one it replaces.
-    pub fn update(&mut self, key: K, value: V) -> Option<V> {
+    pub(crate) fn update(&mut self, key: K, value: V) -> Option<V> {
         match &mut self.tier {
             Tier::Heap(m) => m.insert(key, value),
             Tier::Store(s) => {
@@ -694,7 +697,7 @@ where
     }
 
     /// Removes `key`, returning its value.
-    pub fn remove(&mut self, key: &K) -> Option<V> {
+    pub(crate) fn remove(&mut self, key: &K) -> Option<V> {
         match &mut self.tier {
             Tier::Heap(m) => m.remove(key),
             Tier::Store(s) => {
@@ -711,19 +714,14 @@ where
     /// Calls `f` with every key and its value, which it may change; the first error stops the
     /// visit. With a store this streams over the stored keys, key group by key group, writing
     /// back what changed.
-    pub fn for_each_mut<E: From<StoreError>>(
+    pub(crate) fn for_each_mut<E: From<StoreError>>(
         &mut self,
         mut f: impl FnMut(&K, &mut V) -> Result<(), E>,
     ) -> Result<(), E> {
         self.retain_or_visit(|k, v| f(k, v).map(|()| true))
     }
 
-    /// Keeps only the keys for which `keep` returns true.
-    pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) -> Result<(), StoreError> {
-        self.retain_or_visit(|k, v| Ok::<bool, StoreError>(keep(k, v)))
-    }
-
-    fn retain_or_visit<E: From<StoreError>>(
+    pub(crate) fn retain_or_visit<E: From<StoreError>>(
         &mut self,
         mut f: impl FnMut(&K, &mut V) -> Result<bool, E>,
     ) -> Result<(), E> {
@@ -790,22 +788,8 @@ where
         }
     }
 
-    /// Every key and value, copied. With a store this reads all of it into memory: for small
-    /// states and tests.
-    pub fn entries(&mut self) -> Result<Vec<(K, V)>, StoreError>
-    where
-        V: Clone,
-    {
-        let mut all = Vec::new();
-        self.for_each_mut(|k, v| {
-            all.push((k.clone(), v.clone()));
-            Ok::<(), StoreError>(())
-        })?;
-        Ok(all)
-    }
-
     /// Number of keys (with a store, a scan of all of them).
-    pub fn len(&mut self) -> usize {
+    pub(crate) fn len(&mut self) -> usize {
         match &mut self.tier {
             Tier::Heap(m) => m.len(),
             Tier::Store(_) => {
@@ -826,16 +810,23 @@ where
         }
     }
 
-    /// Whether there is no key.
-    pub fn is_empty(&mut self) -> bool {
-        self.len() == 0
-    }
-
     /// Writes one keyed entry per non-empty key group.
-    pub fn snapshot_into(
+    pub(crate) fn snapshot_into(
         &mut self,
         max_parallelism: usize,
         state: &mut OperatorState,
+    ) -> Result<(), StateError> {
+        self.snapshot_keeping(max_parallelism, state, None)
+    }
+
+    /// [`snapshot_into`](Self::snapshot_into), leaving out a store's entries whose encoded value
+    /// `keep` refuses (in a full snapshot; the heap's entries are all written: a caller filters
+    /// them first).
+    pub(crate) fn snapshot_keeping(
+        &mut self,
+        max_parallelism: usize,
+        state: &mut OperatorState,
+        keep: Option<KeepValue<'_>>,
     ) -> Result<(), StateError> {
         match &mut self.tier {
             Tier::Heap(values) => {
@@ -864,6 +855,9 @@ where
                 for g in 0..s.max_parallelism {
                     let (mut n, mut pairs) = (0u64, Vec::new());
                     s.scan_group(g, &mut |k, v| {
+                        if keep.is_some_and(|keep| !keep(v)) {
+                            return true;
+                        }
                         pairs.extend_from_slice(k);
                         pairs.extend_from_slice(v);
                         n += 1;
@@ -877,7 +871,7 @@ where
     }
 
     /// Adds every key of this state's entries in `state` (other states' entries are skipped).
-    pub fn restore_from(&mut self, state: &OperatorState) -> Result<(), StateError> {
+    pub(crate) fn restore_from(&mut self, state: &OperatorState) -> Result<(), StateError> {
         let entries = state
             .keyed_entries()
             .iter()
@@ -908,6 +902,9 @@ where
         Ok(())
     }
 }
+
+/// Whether a stored value goes into a snapshot, from its encoding.
+pub(crate) type KeepValue<'a> = &'a dyn Fn(&[u8]) -> bool;
 
 /// Appends the keyed entry of `n` encoded pairs of key group `group`, if there are any.
 fn push_group(
@@ -1602,7 +1599,7 @@ mod tests {
     #[test]
     fn states_sharing_value_caches_shrink_as_others_attach_and_grow_back() {
         use std::sync::atomic::Ordering::Relaxed;
-        fn cached(st: &ValueState<u32, u32>) -> usize {
+        fn cached(st: &Values<u32, u32>) -> usize {
             match &st.tier {
                 Tier::Store(t) => t.cache.len(),
                 Tier::Heap(_) => panic!("attached"),
@@ -1611,7 +1608,7 @@ mod tests {
         // 64 KiB for all states, as much for one alone: about 1,000 entries of this size.
         let caches = ValueCaches::shared(64 << 10, 64 << 10);
         let store = instrumented();
-        let mut a: ValueState<u32, u32> = ValueState::new("a");
+        let mut a: Values<u32, u32> = Values::new("a");
         a.attach(store.clone(), 16, caches.clone(), "test").unwrap();
         for k in 0..1_000 {
             a.update(k, k);
@@ -1619,7 +1616,7 @@ mod tests {
         assert_eq!(cached(&a), 1_000, "alone, the state keeps every key");
 
         // A second state attaches: the first's share halves, and it shrinks at its next load.
-        let mut b: ValueState<u32, u32> = ValueState::new("b");
+        let mut b: Values<u32, u32> = Values::new("b");
         b.attach(store.clone(), 16, caches.clone(), "test").unwrap();
         assert_eq!(caches.states(), 2);
         a.update(1_000, 1_000);
@@ -1655,7 +1652,7 @@ mod tests {
     fn a_prefetched_batch_is_read_in_one_call_and_then_found_cached() {
         use std::sync::atomic::Ordering::Relaxed;
         let store = instrumented();
-        let mut st: ValueState<u32, u32> = ValueState::new("s");
+        let mut st: Values<u32, u32> = Values::new("s");
         st.attach(store.clone(), 16, 64 << 10, "test").unwrap();
         for k in 0..100 {
             st.update(k, k * 10);
@@ -1689,7 +1686,7 @@ mod tests {
         // Sixteen entries: a prefetched key used once is not marked as reused, so the next
         // eviction drops it and keeps the key used twice.
         let store = instrumented();
-        let mut st: ValueState<u32, u32> = ValueState::new("s");
+        let mut st: Values<u32, u32> = Values::new("s");
         st.attach(store.clone(), 16, 0, "test").unwrap();
         for k in 0..40 {
             st.update(k, k);

@@ -25,6 +25,8 @@ pub(crate) mod fetched;
 mod keyed;
 mod list;
 mod redistribute;
+mod ttl;
+mod value;
 mod value_cache;
 
 #[cfg(test)]
@@ -37,9 +39,13 @@ pub(crate) use backend::{key_prefix, prefix_end, state_id};
 pub use deferred::Deferred;
 pub(crate) use deferred::Part;
 pub use fetched::{FetchedDir, dirs_of_processes_gone};
-pub use keyed::{AttachKeyedState, KeyedListState, MapState, ValueState};
+pub use keyed::{AttachKeyedState, KeyedListState, MapState};
 pub use list::ListState;
 pub(crate) use redistribute::redistribute;
+pub use ttl::{
+    Expiry, ExpiryRules, StateTtlConfig, StateVisibility, TtlUpdate, expired, strip_stamp,
+};
+pub use value::ValueState;
 pub use value_cache::ValueCaches;
 
 use crate::storage::StateFileHandle;
