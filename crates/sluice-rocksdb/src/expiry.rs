@@ -57,7 +57,8 @@ mod tests {
     use sluice_core::NodeId;
     use sluice_runtime::OperatorState;
     use sluice_runtime::state::{
-        KeyedStore, StateTtlConfig, StateVisibility, StoreScope, ValueState,
+        AttachKeyedState, KeyedStore, MapState, StateTtlConfig, StateVisibility, StoreScope,
+        ValueCaches, ValueState,
     };
     use std::sync::Arc;
     use std::time::Duration;
@@ -87,15 +88,23 @@ mod tests {
         let config = StateTtlConfig::new(MINUTE)
             .state_visibility(StateVisibility::ReturnExpiredIfNotCleanedUp);
         let mut old: ValueState<u32, u32> = ValueState::with_ttl("old", config.clone());
-        let mut young: ValueState<u32, u32> = ValueState::with_ttl("young", config);
+        let mut young: ValueState<u32, u32> = ValueState::with_ttl("young", config.clone());
         let mut plain: ValueState<u32, u32> = ValueState::new("plain");
+        // A map expires as a whole in the store once its newest entry did.
+        let mut map: MapState<u32, u32, u32> = MapState::with_ttl("map", config.clone());
         for st in [&mut old, &mut young, &mut plain] {
             st.attach(shared.clone(), 16, 0, "ttl").unwrap();
         }
+        map.attach_to(shared.clone(), 16, ValueCaches::per_state(0), "ttl")
+            .unwrap();
         for k in 0..1_000 {
             old.update(k, k);
             plain.update(k, k);
+            map.put(k, 0, k);
+            map.put(k, 1, k);
         }
+        map.snapshot_into(16, &mut OperatorState::default())
+            .unwrap();
         advance_and_write_back(&mut [&mut old, &mut plain], MINUTE).await;
         for k in 0..1_000 {
             young.update(k, k);
@@ -111,6 +120,13 @@ mod tests {
             gone >= 1_000 - 16,
             "{gone} of 1,000 expired values removed (16 may be cached)"
         );
+        let maps_gone = (0..1_000)
+            .filter(|k| map.entries(k).next().is_none())
+            .count();
+        assert!(
+            maps_gone >= 1_000 - 16,
+            "{maps_gone} of 1,000 expired maps removed"
+        );
         for k in 0..1_000 {
             assert_eq!(young.get(&k), Some(&k), "not expired");
             assert_eq!(plain.get(&k), Some(&k), "no time-to-live");
@@ -118,6 +134,7 @@ mod tests {
         for st in [&mut old, &mut young, &mut plain] {
             assert!(st.take_error().is_none());
         }
+        assert!(map.take_error().is_none());
     }
 
     /// Advances processing time by `by`, then writes every state's changed values to the store

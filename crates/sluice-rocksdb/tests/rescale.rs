@@ -85,7 +85,7 @@ impl Operator<(u64, u64)> for Listed {
             Ok::<(), UserError>(())
         })?;
         for (k, n) in finals {
-            let by_parity: u64 = self.parity.entries(&k).map_or(0, |m| m.values().sum());
+            let by_parity: u64 = self.parity.entries(&k).map(|(_, n)| n).sum();
             if by_parity != n {
                 return Err(format!("key {k}: {n} values listed, {by_parity} counted").into());
             }

@@ -1,23 +1,21 @@
-//! Keyed state: [`ValueState`] (one value per key), [`MapState`] (a map per key) and
-//! [`KeyedListState`] (a list per key), stored by key group so that a restore at another
-//! parallelism moves each key with its key group; [`AttachKeyedState`] puts any of them in
-//! front of the job's keyed store.
+//! The values under every keyed state ([`ValueState`](super::ValueState), and through it
+//! [`MapState`](super::MapState) and [`KeyedListState`](super::KeyedListState)): `Values`, one
+//! value per key, stored by key group so that a restore at another parallelism moves each key
+//! with its key group.
 //!
-//! A state lives on the heap until [`ValueState::attach`] puts it in front of a
-//! [`KeyedStore`](super::KeyedStore) (the job's state backend, see `backend.rs`); from then on it
-//! is a bounded write-back cache of decoded values over the store (`StoreTier` below). Both
-//! tiers snapshot to the same keyed entries, so a checkpoint taken with one backend restores
-//! with the other.
+//! Values live on the heap until `Values::attach` puts them in front of a
+//! [`KeyedStore`](super::KeyedStore) (the job's state backend, see `backend.rs`); from then on
+//! they are a bounded write-back cache of decoded values over the store (`StoreTier` below).
+//! Both tiers snapshot to the same keyed entries, so a checkpoint taken with one backend
+//! restores with the other.
 
 use super::backend::{KeyedStore, StoreError, StoreWrite, key_prefix, prefix_end, state_id};
-use super::value::ValueState;
 use super::value_cache::{CacheShare, ValueCaches};
 use super::{KeyGroupEntry, OperatorState, StateError};
 use crate::key_groups::key_group;
 use rustc_hash::FxHashMap;
 use serde::{Serialize, de::DeserializeOwned};
 use sluice_core::codec::{self, CodecError};
-use std::collections::BTreeMap;
 use std::collections::hash_map::Entry;
 use std::hash::Hash;
 use std::sync::Arc;
@@ -928,257 +926,10 @@ fn push_group(
     Ok(())
 }
 
-/// A map per key (Flink's `MapState`): for each key, user keys to user values.
-///
-/// ```
-/// use sluice_runtime::state::MapState;
-/// let mut visits: MapState<u64, String, u32> = MapState::new("visits");
-/// visits.put(1, "/home".into(), 3);
-/// assert_eq!(visits.get(&1, &"/home".to_string()), Some(&3));
-/// ```
-#[derive(Clone, Debug)]
-pub struct MapState<K, UK, UV> {
-    inner: ValueState<K, BTreeMap<UK, UV>>,
-}
-
-impl<K, UK, UV> MapState<K, UK, UV>
-where
-    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-    UK: Ord + Serialize + DeserializeOwned,
-    UV: Serialize + DeserializeOwned,
-{
-    /// An empty state named `name`.
-    pub fn new(name: &str) -> Self {
-        MapState {
-            inner: ValueState::new(name),
-        }
-    }
-
-    /// Puts this state in front of a store; see [`ValueState::attach`].
-    pub fn attach(
-        &mut self,
-        store: Arc<dyn KeyedStore>,
-        max_parallelism: usize,
-        caches: impl Into<ValueCaches>,
-        operator: &str,
-    ) -> Result<(), StateError> {
-        self.inner.attach(store, max_parallelism, caches, operator)
-    }
-
-    /// The first store failure since the last call; see [`ValueState::take_error`].
-    pub fn take_error(&mut self) -> Option<StoreError> {
-        self.inner.take_error()
-    }
-
-    /// The value of `user_key` under `key`.
-    pub fn get(&mut self, key: &K, user_key: &UK) -> Option<&UV> {
-        self.inner.get(key).and_then(|m| m.get(user_key))
-    }
-
-    /// Sets the value of `user_key` under `key`.
-    pub fn put(&mut self, key: K, user_key: UK, value: UV) -> Option<UV> {
-        self.inner.get_or_default(key).insert(user_key, value)
-    }
-
-    /// Removes `user_key` under `key`; a key whose map becomes empty has no state.
-    pub fn remove(&mut self, key: &K, user_key: &UK) -> Option<UV> {
-        let map = self.inner.get_mut(key)?;
-        let removed = map.remove(user_key);
-        if map.is_empty() {
-            self.inner.remove(key);
-        }
-        removed
-    }
-
-    /// The map of `key`.
-    pub fn entries(&mut self, key: &K) -> Option<&BTreeMap<UK, UV>> {
-        self.inner.get(key)
-    }
-
-    /// Writes one keyed entry per non-empty key group.
-    pub fn snapshot_into(
-        &mut self,
-        max_parallelism: usize,
-        state: &mut OperatorState,
-    ) -> Result<(), StateError> {
-        self.inner.snapshot_into(max_parallelism, state)
-    }
-
-    /// Adds every key of this state's entries in `state`.
-    pub fn restore_from(&mut self, state: &OperatorState) -> Result<(), StateError> {
-        self.inner.restore_from(state)
-    }
-}
-
-/// Keyed state that can live in front of a [`KeyedStore`]: [`ValueState`], [`MapState`] and
-/// [`KeyedListState`]. [`OperatorContext::attach_keyed_state`](crate::OperatorContext::attach_keyed_state)
-/// takes any of them.
-pub trait AttachKeyedState {
-    /// Puts the state in front of `store`; see [`ValueState::attach`].
-    fn attach_to(
-        &mut self,
-        store: Arc<dyn KeyedStore>,
-        max_parallelism: usize,
-        caches: ValueCaches,
-        operator: &str,
-    ) -> Result<(), StateError>;
-}
-
-impl<K, V> AttachKeyedState for ValueState<K, V>
-where
-    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-    V: Serialize + DeserializeOwned,
-{
-    fn attach_to(
-        &mut self,
-        store: Arc<dyn KeyedStore>,
-        max_parallelism: usize,
-        caches: ValueCaches,
-        operator: &str,
-    ) -> Result<(), StateError> {
-        self.attach(store, max_parallelism, caches, operator)
-    }
-}
-
-impl<K, UK, UV> AttachKeyedState for MapState<K, UK, UV>
-where
-    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-    UK: Ord + Serialize + DeserializeOwned,
-    UV: Serialize + DeserializeOwned,
-{
-    fn attach_to(
-        &mut self,
-        store: Arc<dyn KeyedStore>,
-        max_parallelism: usize,
-        caches: ValueCaches,
-        operator: &str,
-    ) -> Result<(), StateError> {
-        self.attach(store, max_parallelism, caches, operator)
-    }
-}
-
-impl<K, T> AttachKeyedState for KeyedListState<K, T>
-where
-    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-    T: Serialize + DeserializeOwned,
-{
-    fn attach_to(
-        &mut self,
-        store: Arc<dyn KeyedStore>,
-        max_parallelism: usize,
-        caches: ValueCaches,
-        operator: &str,
-    ) -> Result<(), StateError> {
-        self.inner.attach(store, max_parallelism, caches, operator)
-    }
-}
-
-/// A list per key (Flink's keyed `ListState`): for each key, items in the order they were
-/// added. (sluice's [`ListState`](super::ListState) is operator state, one list per subtask.)
-///
-/// A key's list is one value: on the heap a `Vec`; in front of a store, one stored entry
-/// whose decoded list the state's cache keeps, so appending to a cached key costs a push and a
-/// key not cached costs one store read first. A key whose list becomes empty has no state.
-///
-/// ```
-/// use sluice_runtime::state::KeyedListState;
-/// use sluice_runtime::OperatorState;
-///
-/// let mut clicks: KeyedListState<u64, String> = KeyedListState::new("clicks");
-/// clicks.add(7, "/home".into());
-/// clicks.add_all(7, ["/cart".to_string(), "/pay".to_string()]);
-/// assert_eq!(clicks.get(&7), ["/home", "/cart", "/pay"]);
-/// assert!(clicks.get(&8).is_empty());
-///
-/// let mut snapshot = OperatorState::default();
-/// clicks.snapshot_into(128, &mut snapshot).unwrap();
-/// let mut restored: KeyedListState<u64, String> = KeyedListState::new("clicks");
-/// restored.restore_from(&snapshot).unwrap();
-/// assert_eq!(restored.get(&7).len(), 3);
-/// restored.clear(&7);
-/// assert!(restored.get(&7).is_empty());
-/// ```
-#[derive(Clone, Debug)]
-pub struct KeyedListState<K, T> {
-    inner: ValueState<K, Vec<T>>,
-}
-
-impl<K, T> KeyedListState<K, T>
-where
-    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-    T: Serialize + DeserializeOwned,
-{
-    /// An empty state named `name` (unique within its operator), on the heap.
-    pub fn new(name: &str) -> Self {
-        KeyedListState {
-            inner: ValueState::new(name),
-        }
-    }
-
-    /// The first store failure since the last call; see [`ValueState::take_error`].
-    pub fn take_error(&mut self) -> Option<StoreError> {
-        self.inner.take_error()
-    }
-
-    /// The items of `key`, oldest first (empty when it has none).
-    pub fn get(&mut self, key: &K) -> &[T] {
-        self.inner.get(key).map(Vec::as_slice).unwrap_or(&[])
-    }
-
-    /// Appends `item` to the list of `key`.
-    pub fn add(&mut self, key: K, item: T) {
-        self.inner.get_or_default(key).push(item);
-    }
-
-    /// Appends every item of `items` to the list of `key`.
-    pub fn add_all(&mut self, key: K, items: impl IntoIterator<Item = T>) {
-        let mut items = items.into_iter().peekable();
-        if items.peek().is_some() {
-            self.inner.get_or_default(key).extend(items);
-        }
-    }
-
-    /// Replaces the list of `key` with `items` (an empty `items` clears it).
-    pub fn update(&mut self, key: K, items: Vec<T>) {
-        if items.is_empty() {
-            self.inner.remove(&key);
-        } else {
-            self.inner.update(key, items);
-        }
-    }
-
-    /// Removes the list of `key`, returning its items.
-    pub fn clear(&mut self, key: &K) -> Vec<T> {
-        self.inner.remove(key).unwrap_or_default()
-    }
-
-    /// Calls `f` with every key and its items; the first error stops the visit. With a store
-    /// this streams over the stored keys, key group by key group.
-    pub fn for_each<E: From<StoreError>>(
-        &mut self,
-        mut f: impl FnMut(&K, &[T]) -> Result<(), E>,
-    ) -> Result<(), E> {
-        self.inner.for_each_mut(|k, items| f(k, items))
-    }
-
-    /// Writes one keyed entry per non-empty key group.
-    pub fn snapshot_into(
-        &mut self,
-        max_parallelism: usize,
-        state: &mut OperatorState,
-    ) -> Result<(), StateError> {
-        self.inner.snapshot_into(max_parallelism, state)
-    }
-
-    /// Adds every key of this state's entries in `state`.
-    pub fn restore_from(&mut self, state: &OperatorState) -> Result<(), StateError> {
-        self.inner.restore_from(state)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::ValueState;
     use crate::state::redistribute;
 
     #[test]
@@ -1342,113 +1093,6 @@ mod tests {
         }
     }
 
-    #[derive(Clone, Debug)]
-    enum ListOp {
-        Add(u32, u8),
-        AddAll(u32, Vec<u8>),
-        Update(u32, Vec<u8>),
-        Clear(u32),
-        Put(u32, u8, u8),
-        RemoveEntry(u32, u8),
-        Restore,
-    }
-
-    fn list_op() -> impl Strategy<Value = ListOp> {
-        let key = 0u32..200;
-        let items = proptest::collection::vec(any::<u8>(), 0..4);
-        prop_oneof![
-            (key.clone(), any::<u8>()).prop_map(|(k, v)| ListOp::Add(k, v)),
-            (key.clone(), items.clone()).prop_map(|(k, v)| ListOp::AddAll(k, v)),
-            (key.clone(), items).prop_map(|(k, v)| ListOp::Update(k, v)),
-            key.clone().prop_map(ListOp::Clear),
-            (key.clone(), 0u8..4, any::<u8>()).prop_map(|(k, u, v)| ListOp::Put(k, u, v)),
-            (key, 0u8..4).prop_map(|(k, u)| ListOp::RemoveEntry(k, u)),
-            Just(ListOp::Restore),
-        ]
-    }
-
-    /// A list and a map state attached the way operators attach them.
-    fn lists_and_maps() -> (KeyedListState<u32, u8>, MapState<u32, u8, u8>) {
-        let mut list = KeyedListState::new("l");
-        let mut map = MapState::new("m");
-        let store = memory_store();
-        list.attach_to(store.clone(), 16, 0.into(), "test").unwrap();
-        map.attach_to(store, 16, 0.into(), "test").unwrap();
-        (list, map)
-    }
-
-    proptest! {
-        /// A keyed list and a map state in front of one store (a cache far smaller than their
-        /// keys), snapshotted and restored into a fresh store at any point, hold what a model
-        /// of a list and a map per key holds; a key left with nothing has no state.
-        #[test]
-        fn list_and_map_states_in_a_store_behave_as_lists_and_maps(
-            ops in proptest::collection::vec(list_op(), 1..400),
-        ) {
-            let mut lists: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
-            let mut maps: BTreeMap<u32, BTreeMap<u8, u8>> = BTreeMap::new();
-            let (mut list, mut map) = lists_and_maps();
-            for op in ops {
-                match op {
-                    ListOp::Add(k, v) => {
-                        list.add(k, v);
-                        lists.entry(k).or_default().push(v);
-                    }
-                    ListOp::AddAll(k, vs) => {
-                        list.add_all(k, vs.clone());
-                        if !vs.is_empty() {
-                            lists.entry(k).or_default().extend(vs);
-                        }
-                    }
-                    ListOp::Update(k, vs) => {
-                        list.update(k, vs.clone());
-                        if vs.is_empty() { lists.remove(&k); } else { lists.insert(k, vs); }
-                    }
-                    ListOp::Clear(k) => {
-                        prop_assert_eq!(list.clear(&k), lists.remove(&k).unwrap_or_default());
-                    }
-                    ListOp::Put(k, u, v) => {
-                        let model = maps.entry(k).or_default().insert(u, v);
-                        prop_assert_eq!(map.put(k, u, v), model);
-                    }
-                    ListOp::RemoveEntry(k, u) => {
-                        let model = maps.get_mut(&k).and_then(|m| m.remove(&u));
-                        if maps.get(&k).is_some_and(BTreeMap::is_empty) {
-                            maps.remove(&k);
-                        }
-                        prop_assert_eq!(map.remove(&k, &u), model);
-                    }
-                    ListOp::Restore => {
-                        let mut snap = OperatorState::default();
-                        list.snapshot_into(16, &mut snap).unwrap();
-                        map.snapshot_into(16, &mut snap).unwrap();
-                        let (mut l, mut m) = (KeyedListState::new("l"), MapState::new("m"));
-                        l.restore_from(&snap).unwrap();
-                        m.restore_from(&snap).unwrap();
-                        let store = memory_store();
-                        l.attach_to(store.clone(), 16, 0.into(), "test").unwrap();
-                        m.attach_to(store, 16, 0.into(), "test").unwrap();
-                        (list, map) = (l, m);
-                    }
-                }
-            }
-            for k in 0..200u32 {
-                prop_assert_eq!(list.get(&k), lists.get(&k).map(Vec::as_slice).unwrap_or(&[]));
-                prop_assert_eq!(map.entries(&k), maps.get(&k));
-            }
-            prop_assert!(list.take_error().is_none() && map.take_error().is_none());
-            let mut snap = OperatorState::default();
-            list.snapshot_into(16, &mut snap).unwrap();
-            map.snapshot_into(16, &mut snap).unwrap();
-            let mut l: KeyedListState<u32, u8> = KeyedListState::new("l");
-            let mut m: MapState<u32, u8, u8> = MapState::new("m");
-            l.restore_from(&snap).unwrap();
-            m.restore_from(&snap).unwrap();
-            prop_assert_eq!(l.inner.len(), lists.len());
-            prop_assert_eq!(m.inner.len(), maps.len());
-        }
-    }
-
     #[test]
     fn a_heap_snapshot_restores_into_a_store_and_back() {
         let mut heap: ValueState<u32, String> = ValueState::new("s");
@@ -1537,7 +1181,7 @@ mod tests {
 
     #[test]
     fn a_failed_read_is_kept_for_the_operator_to_fail_with() {
-        let mut st: ValueState<u32, u32> = ValueState::new("s");
+        let mut st: Values<u32, u32> = Values::new("s");
         st.attach(Arc::new(Broken), 16, 1 << 20, "count (subtask 0)")
             .unwrap();
         assert_eq!(st.get(&1), None);

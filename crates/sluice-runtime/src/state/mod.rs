@@ -24,6 +24,7 @@ mod deferred;
 pub(crate) mod fetched;
 mod keyed;
 mod list;
+mod map_list;
 mod redistribute;
 mod ttl;
 mod value;
@@ -39,8 +40,8 @@ pub(crate) use backend::{key_prefix, prefix_end, state_id};
 pub use deferred::Deferred;
 pub(crate) use deferred::Part;
 pub use fetched::{FetchedDir, dirs_of_processes_gone};
-pub use keyed::{AttachKeyedState, KeyedListState, MapState};
 pub use list::ListState;
+pub use map_list::{AttachKeyedState, KeyedListState, MapEntries, MapState};
 pub(crate) use redistribute::redistribute;
 pub use ttl::{
     Expiry, ExpiryRules, StateTtlConfig, StateVisibility, TtlUpdate, expired, strip_stamp,
@@ -61,6 +62,19 @@ pub enum StateError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The state is declared with a time-to-live and what is restored was taken without one,
+    /// or the other way round: its values are stored differently (see [`StateTtlConfig`]).
+    #[error(
+        "state {state:?} was checkpointed {} a time-to-live and is declared {} one: declare it as it was checkpointed (or give it another name to start it empty)",
+        if *.checkpointed_with_ttl { "with" } else { "without" },
+        if *.checkpointed_with_ttl { "without" } else { "with" }
+    )]
+    TimeToLiveChanged {
+        /// The state's name.
+        state: String,
+        /// Whether the checkpoint holds it with a time-to-live.
+        checkpointed_with_ttl: bool,
+    },
 }
 
 /// One keyed entry: all keys of one key group of one named state.

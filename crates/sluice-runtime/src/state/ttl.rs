@@ -74,8 +74,9 @@ pub enum StateVisibility {
 /// leaves them out of full snapshots as well.
 ///
 /// The times of last access are part of the state: a restored value keeps its time, so a
-/// restore does not renew it. Adding or removing a time-to-live changes how a state is stored,
-/// like changing its type: restore it from a checkpoint taken with the same choice.
+/// restore does not renew it. Adding or removing a time-to-live changes how a state is stored
+/// (under its name with `#ttl` appended): a restore of the other choice fails with
+/// [`StateError::TimeToLiveChanged`](super::StateError::TimeToLiveChanged).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateTtlConfig {
     ttl: Duration,

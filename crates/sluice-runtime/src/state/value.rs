@@ -3,7 +3,7 @@
 //! below) each value is stored with the processing time of its last access, and every access
 //! first asks the rules of `ttl.rs` whether the value is still there.
 
-use super::backend::{KeyedStore, StoreError, state_id};
+use super::backend::{KeyedStore, StoreError, key_prefix, prefix_end, state_id};
 use super::keyed::Values;
 use super::ttl::{Expiry, Stamped, StateTtlConfig, expired, strip_stamp, visible};
 use super::value_cache::ValueCaches;
@@ -60,6 +60,7 @@ impl<K: Clone, V: Clone> Clone for ValueState<K, V> {
         let inner = match &self.inner {
             Inner::Plain(v) => Inner::Plain(v.clone()),
             Inner::Expiring(e) => Inner::Expiring(Box::new(Expiring {
+                name: e.name.clone(),
                 values: e.values.clone(),
                 config: e.config.clone(),
                 clock: e.clock,
@@ -124,7 +125,8 @@ where
     pub fn with_ttl(name: &str, config: StateTtlConfig) -> Self {
         ValueState {
             inner: Inner::Expiring(Box::new(Expiring {
-                values: Values::new(name),
+                name: name.to_string(),
+                values: Values::new(&stamped_name(name)),
                 config,
                 clock: ProcessingClock::new(),
                 accesses: 0,
@@ -146,7 +148,7 @@ where
     pub fn name(&self) -> &str {
         match &self.inner {
             Inner::Plain(v) => v.name(),
-            Inner::Expiring(e) => e.values.name(),
+            Inner::Expiring(e) => &e.name,
         }
     }
 
@@ -164,6 +166,14 @@ where
         caches: impl Into<ValueCaches>,
         operator: &str,
     ) -> Result<(), StateError> {
+        // What a restore from the store's files brought: refused if the other choice stored it.
+        let (name, ttl) = (self.name().to_string(), self.ttl().is_some());
+        if !self.is_attached() && holds(&*store, max_parallelism, &twin_name(&name, ttl))? {
+            return Err(StateError::TimeToLiveChanged {
+                state: name,
+                checkpointed_with_ttl: !ttl,
+            });
+        }
         match &mut self.inner {
             Inner::Plain(v) => v.attach(store, max_parallelism, caches, operator),
             Inner::Expiring(e) => e.attach(store, max_parallelism, caches, operator),
@@ -272,6 +282,24 @@ where
         }
     }
 
+    /// The value of `key`, read without renewing its time-to-live whatever the update type
+    /// (for maps and lists, whose entries have their own).
+    pub(crate) fn peek(&mut self, key: &K) -> Option<&V> {
+        match &mut self.inner {
+            Inner::Plain(v) => v.get(key),
+            Inner::Expiring(e) => e.read(key, false),
+        }
+    }
+
+    /// The value of `key`, mutably, without renewing its time-to-live (for maps and lists that
+    /// remove expired entries).
+    pub(crate) fn get_mut_unrenewed(&mut self, key: &K) -> Option<&mut V> {
+        match &mut self.inner {
+            Inner::Plain(v) => v.get_mut(key),
+            Inner::Expiring(e) => e.get_mut_unrenewed(key),
+        }
+    }
+
     /// The value of `key`, mutably.
     pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
         match &mut self.inner {
@@ -322,10 +350,12 @@ where
 
     /// Keeps only the keys for which `keep` returns true.
     pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) -> Result<(), StoreError> {
-        self.for_each_retaining(|k, v| Ok::<bool, StoreError>(keep(k, v)))
+        self.retain_visiting(|k, v| Ok::<bool, StoreError>(keep(k, v)))
     }
 
-    fn for_each_retaining<E: From<StoreError>>(
+    /// Calls `f` with every key and its value, keeping the keys for which it returns true; the
+    /// first error stops the visit.
+    pub(crate) fn retain_visiting<E: From<StoreError>>(
         &mut self,
         f: impl FnMut(&K, &mut V) -> Result<bool, E>,
     ) -> Result<(), E> {
@@ -386,13 +416,55 @@ where
     /// Adds every key of this state's entries in `state` (other states' entries are skipped).
     /// With a time-to-live, each value keeps the time of its last access.
     pub fn restore_from(&mut self, state: &OperatorState) -> Result<(), StateError> {
+        let ttl = self.ttl().is_some();
+        let twin = twin_name(self.name(), ttl);
+        if state.keyed_entries().iter().any(|e| e.state == twin) {
+            return Err(StateError::TimeToLiveChanged {
+                state: self.name().to_string(),
+                checkpointed_with_ttl: !ttl,
+            });
+        }
         either!(self, v => v.restore_from(state))
     }
+}
+
+/// The name under which a state with a time-to-live keeps its entries (in checkpoints and in
+/// the store's keys): apart from the same state without one, whose values are not stamped.
+fn stamped_name(name: &str) -> String {
+    format!("{name}#ttl")
+}
+
+/// The name the same state would have with the other choice of time-to-live.
+fn twin_name(name: &str, ttl: bool) -> String {
+    if ttl {
+        name.to_string()
+    } else {
+        stamped_name(name)
+    }
+}
+
+/// Whether `store` holds any entry of the state named `name`.
+fn holds(store: &dyn KeyedStore, max_parallelism: usize, name: &str) -> Result<bool, StoreError> {
+    let id = state_id(name);
+    let mut found = false;
+    for group in 0..max_parallelism {
+        let start = key_prefix(group, id);
+        store.scan(&start, &prefix_end(&start), &mut |_, _| {
+            found = true;
+            false
+        })?;
+        if found {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// A state with a time-to-live: its values stamped with their last access.
 #[derive(Debug)]
 struct Expiring<K, V> {
+    /// The state's name (its values are kept under `stamped_name` of it).
+    name: String,
     values: Values<K, Stamped<V>>,
     config: StateTtlConfig,
     clock: ProcessingClock,
@@ -471,6 +543,13 @@ where
     }
 
     fn get(&mut self, key: &K) -> Option<&V> {
+        let renew = self.config.renews_on_read();
+        self.read(key, renew)
+    }
+
+    /// The value of `key` if visible (an expired one removed unless returned), its time renewed
+    /// with `renew`.
+    fn read(&mut self, key: &K, renew: bool) -> Option<&V> {
         let now = self.access();
         let at = self.stamp(key)?;
         if expired(at, self.config.ttl_ms(), now) {
@@ -478,12 +557,20 @@ where
                 self.values.remove(key);
                 return None;
             }
-        } else if self.config.renews_on_read()
-            && let Some(s) = self.values.get_mut(key)
-        {
+        } else if renew && let Some(s) = self.values.get_mut(key) {
             s.at = now;
         }
         self.values.get(key).map(|s| &s.value)
+    }
+
+    fn get_mut_unrenewed(&mut self, key: &K) -> Option<&mut V> {
+        let now = self.access();
+        let at = self.stamp(key)?;
+        if !visible(&self.config, at, now) {
+            self.values.remove(key);
+            return None;
+        }
+        self.values.get_mut(key).map(|s| &mut s.value)
     }
 
     fn get_mut(&mut self, key: &K) -> Option<&mut V> {
@@ -780,6 +867,57 @@ mod tests {
             unreachable!("made with a time-to-live")
         };
         assert_eq!(e.values.heap_len(), Some(6_000), "cleanup on read only");
+    }
+
+    #[test]
+    fn a_restore_refuses_the_other_choice_of_time_to_live_naming_the_state() {
+        let changed = |r: Result<(), StateError>, with_ttl: bool| match r {
+            Err(StateError::TimeToLiveChanged {
+                state,
+                checkpointed_with_ttl,
+            }) => state == "s" && checkpointed_with_ttl == with_ttl,
+            _ => false,
+        };
+        // From checkpoint entries.
+        for ttl in [false, true] {
+            let config = StateTtlConfig::new(MINUTE);
+            let make = |ttl: bool| -> ValueState<u32, u32> {
+                if ttl {
+                    ValueState::with_ttl("s", config.clone())
+                } else {
+                    ValueState::new("s")
+                }
+            };
+            let mut st = make(ttl);
+            st.update(1, 10);
+            let mut snapshot = OperatorState::default();
+            st.snapshot_into(16, &mut snapshot).unwrap();
+            assert!(changed(make(!ttl).restore_from(&snapshot), ttl));
+            make(ttl).restore_from(&snapshot).unwrap();
+
+            // From a store's files (an incremental restore): refused at attach.
+            let store = memory_store();
+            let mut st = make(ttl);
+            st.attach(store.clone(), 16, 0, "test").unwrap();
+            st.update(1, 10);
+            st.snapshot_into(16, &mut OperatorState::default()).unwrap();
+            assert!(changed(
+                make(!ttl).attach(store.clone(), 16, 0, "test"),
+                ttl
+            ));
+            make(ttl).attach(store, 16, 0, "test").unwrap();
+        }
+        let message = StateError::TimeToLiveChanged {
+            state: "counts".into(),
+            checkpointed_with_ttl: true,
+        }
+        .to_string();
+        assert!(
+            message.starts_with(
+                "state \"counts\" was checkpointed with a time-to-live and is declared without one"
+            ),
+            "{message}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
