@@ -299,4 +299,25 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn turning_the_time_to_live_on_over_a_checkpoint_without_it_fails_the_restore() {
+        let mut h = OperatorTestHarness::new(KeyedProcessOperator::new(Sum, |k: &u32| *k));
+        h.process_batch(vec![1, 2]).unwrap();
+        let snapshot = h.snapshot(1).unwrap();
+        let refused = OperatorTestHarness::new(KeyedProcessOperator::new(IdleSum, |k: &u32| *k))
+            .restore(vec![snapshot.clone()]);
+        let Err(e) = refused else {
+            panic!("restored a state without a time-to-live into one with it")
+        };
+        assert!(
+            e.to_string().contains(
+                "state \"_process/state\" was checkpointed without a time-to-live and is declared with one"
+            ),
+            "{e}"
+        );
+        let back = OperatorTestHarness::new(KeyedProcessOperator::new(Sum, |k: &u32| *k))
+            .restore(vec![snapshot]);
+        assert!(back.is_ok(), "the same choice restores");
+    }
 }

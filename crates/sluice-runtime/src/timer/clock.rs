@@ -50,11 +50,21 @@ impl ProcessingClock {
         }
     }
 
-    /// Processing time now, in milliseconds.
+    /// Processing time now, in milliseconds (rounded down). A clock behind the base (a test's
+    /// paused tokio clock, started before another thread read the process's base from the real
+    /// one) reads before `base_ms` rather than stopping there, so that differences stay exact.
     pub(crate) fn now_ms(&self) -> i64 {
-        let elapsed = Instant::now().saturating_duration_since(self.base);
-        self.base_ms
-            .saturating_add(i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
+        let now = Instant::now();
+        match now.checked_duration_since(self.base) {
+            Some(ahead) => self
+                .base_ms
+                .saturating_add(i64::try_from(ahead.as_millis()).unwrap_or(i64::MAX)),
+            None => {
+                let behind = self.base.duration_since(now).as_nanos().div_ceil(1_000_000);
+                self.base_ms
+                    .saturating_sub(i64::try_from(behind).unwrap_or(i64::MAX))
+            }
+        }
     }
 
     /// The instant at which processing time reaches `ms` (now, if it already did).
@@ -64,5 +74,23 @@ impl ProcessingClock {
         self.base
             .checked_add(ahead)
             .unwrap_or(self.base + Duration::from_secs(86_400 * 365))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_behind_its_base_keeps_exact_differences() {
+        // The base read by another thread a little after this test's paused clock started.
+        let clock = ProcessingClock {
+            base: Instant::now() + Duration::from_micros(300),
+            base_ms: 1_000,
+        };
+        let first = clock.now_ms();
+        assert_eq!(first, 999, "before the base, rounded down");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(clock.now_ms() - first, 60_000);
     }
 }
