@@ -162,6 +162,10 @@ pub struct ProbeArgs {
     /// interval's figures are those of the first checkpoint after a failover.
     #[arg(long)]
     fail_after_interval: Option<u32>,
+    /// Gives the keyed state a time-to-live of this many seconds (`state_ttl`), to measure
+    /// what stamping and checking every value costs; none by default.
+    #[arg(long)]
+    ttl_secs: Option<u64>,
 }
 
 /// What one probe reports, as one JSON line.
@@ -343,11 +347,15 @@ struct Keep {
     mark: Arc<AtomicU64>,
     reached: Arc<Notify>,
     fail: Arc<AtomicBool>,
+    ttl: Option<Duration>,
 }
 
 impl KeyedProcessFunction<u64, u64> for Keep {
     type Out = ();
     type State = Vec<u8>;
+    fn state_ttl(&self) -> Option<sluice::state::StateTtlConfig> {
+        self.ttl.map(sluice::state::StateTtlConfig::new)
+    }
     fn process_element(
         &mut self,
         i: u64,
@@ -433,6 +441,7 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
         mark: mark.clone(),
         reached: reached.clone(),
         fail: fail.clone(),
+        ttl: args.ttl_secs.map(Duration::from_secs),
     };
     env.from_generator(Generator::new(move |i| key_of(i, keys)))
         .key_by(|k: &u64| *k)
@@ -538,6 +547,7 @@ async fn run_case(args: &ProbeArgs) -> anyhow::Result<Probe> {
             mark: Arc::new(AtomicU64::new(u64::MAX)),
             reached: Arc::new(Notify::new()),
             fail: Arc::new(AtomicBool::new(false)),
+            ttl: args.ttl_secs.map(Duration::from_secs),
         };
         env.from_generator(Generator::new(move |i| key_of(i, keys)).take(1))
             .key_by(|k: &u64| *k)
