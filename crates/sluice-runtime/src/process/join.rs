@@ -567,20 +567,24 @@ mod tests {
 
     /// The model: one pass over the events. A record is late when its time is below the
     /// watermark at its arrival; two records of a key within the bounds join when neither is
-    /// late and the earlier one's buffer was not cleaned up yet (the watermark at the later
-    /// one's arrival is below the earlier one's cleanup time: `l + upper` for a left record,
-    /// `r - lower` for a right one, or their own time when that is earlier).
+    /// late and the earlier one's buffer was not cleaned up yet. Its cleanup time is `l + upper`
+    /// for a left record, `r - lower` for a right one, or its own time when that is earlier;
+    /// as with Flink's timers, it is cleaned up by the first watermark after its arrival that
+    /// reaches that time, so a record arriving when the watermark is there already stays until
+    /// the next watermark.
     fn model(events: &[Ev], b: JoinBounds) -> Seen {
-        // (is left, key, time, id, watermark at arrival)
-        let mut kept: Vec<(bool, u8, i64, u32, i64)> = Vec::new();
+        // (is left, key, time, id, watermarks seen before its arrival)
+        let mut kept: Vec<(bool, u8, i64, u32, u32)> = Vec::new();
         let (mut ll, mut lr) = (Vec::new(), Vec::new());
         let mut wm = i64::MIN;
+        let mut marks = 0u32;
         let mut pairs = Vec::new();
         for (id, ev) in events.iter().enumerate() {
             let id = id as u32;
             let (left, k, t) = match *ev {
                 Ev::Wm(d) => {
                     wm = if wm == i64::MIN { d } else { wm + d };
+                    marks += 1;
                     continue;
                 }
                 Ev::Left(k, t) => (true, k, t),
@@ -594,7 +598,7 @@ mod tests {
                 }
                 continue;
             }
-            for &(other_left, ok, ot, oid, _) in &kept {
+            for &(other_left, ok, ot, oid, seen) in &kept {
                 if other_left == left || ok != k {
                     continue;
                 }
@@ -612,11 +616,12 @@ mod tests {
                 } else {
                     ot
                 };
-                if within && wm < cleanup {
+                let cleaned = marks > seen && wm >= cleanup;
+                if within && !cleaned {
                     pairs.push((lid, rid, lt, rt, lt.max(rt)));
                 }
             }
-            kept.push((left, k, t, id, wm));
+            kept.push((left, k, t, id, marks));
         }
         pairs.sort();
         (pairs, ll, lr)
