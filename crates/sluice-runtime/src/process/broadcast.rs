@@ -722,7 +722,7 @@ where
     }
 }
 
-impl<A, B, K, KF, P> Operator<Either<A, B>> for KeyedBroadcastProcessOperator<A, B, K, KF, P>
+impl<A, B, K, KF, P> KeyedBroadcastProcessOperator<A, B, K, KF, P>
 where
     A: Data,
     B: Data,
@@ -730,21 +730,12 @@ where
     KF: Fn(&A) -> K + Clone + Send + 'static,
     P: KeyedBroadcastProcessFunction<K, A, B>,
 {
-    type Out = Tagged<P::Out>;
-
-    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
-        self.max_parallelism = ctx.max_parallelism();
-        self.timers.set_clock(ProcessingClock::new());
-        self.clock = ProcessingClock::new();
-        ctx.attach_keyed_state(&mut self.state)?;
-        ctx.attach_timers(&mut self.timers)?;
-        self.func.open(ctx)
-    }
-
-    fn process_batch(
+    /// Calls the function for each record of a batch, reading each run of keyed records'
+    /// keys from the store first.
+    fn process_records(
         &mut self,
         batch: Vec<Either<A, B>>,
-        out: &mut Collector<Self::Out>,
+        out: &mut Collector<Tagged<P::Out>>,
     ) -> Result<(), UserError> {
         let timestamps = out.take_input_timestamps();
         // In a store, the keys of each run of keyed records are read in one go before the run
@@ -807,6 +798,40 @@ where
             store_failure(&mut self.state)?;
         }
         Ok(())
+    }
+}
+
+impl<A, B, K, KF, P> Operator<Either<A, B>> for KeyedBroadcastProcessOperator<A, B, K, KF, P>
+where
+    A: Data,
+    B: Data,
+    K: StateKey,
+    KF: Fn(&A) -> K + Clone + Send + 'static,
+    P: KeyedBroadcastProcessFunction<K, A, B>,
+{
+    type Out = Tagged<P::Out>;
+
+    fn open(&mut self, ctx: &OperatorContext) -> Result<(), UserError> {
+        self.max_parallelism = ctx.max_parallelism();
+        self.timers.set_clock(ProcessingClock::new());
+        self.clock = ProcessingClock::new();
+        ctx.attach_keyed_state(&mut self.state)?;
+        ctx.attach_timers(&mut self.timers)?;
+        self.func.open(ctx)
+    }
+
+    fn process_batch(
+        &mut self,
+        batch: Vec<Either<A, B>>,
+        out: &mut Collector<Self::Out>,
+    ) -> Result<(), UserError> {
+        // A state with a time-to-live reads processing time once for the batch.
+        if self.state.ttl().is_some() {
+            self.state.pin_time(Some(self.clock.now_ms()));
+        }
+        let processed = self.process_records(batch, out);
+        self.state.pin_time(None);
+        processed
     }
 
     fn process_watermark(

@@ -91,6 +91,42 @@ where
     }
 }
 
+impl<In, K, KF, P> KeyedProcessOperator<In, K, KF, P>
+where
+    In: Data,
+    K: StateKey,
+    KF: Fn(&In) -> K + Clone + Send + 'static,
+    P: KeyedProcessFunction<K, In>,
+{
+    /// Calls the function for each record of a batch, after reading the batch's keys from the
+    /// store (those not cached, in one go).
+    fn process_records(
+        &mut self,
+        batch: Vec<In>,
+        out: &mut Collector<Tagged<P::Out>>,
+    ) -> Result<(), UserError> {
+        let timestamps = out.take_input_timestamps();
+        let keys: Vec<K> = batch.iter().map(|r| (self.key_fn)(r)).collect();
+        self.state.prefetch(&keys);
+        store_failure(&mut self.state)?;
+        for (i, (record, key)) in batch.into_iter().zip(keys).enumerate() {
+            let timestamp = timestamp_at(timestamps.as_deref(), i);
+            let mut ctx = Context {
+                key: &key,
+                timestamp,
+                domain: None,
+                state: &mut self.state,
+                timers: &mut self.timers,
+                out,
+            };
+            self.func.process_element(record, &mut ctx)?;
+            store_failure(&mut self.state)?;
+            self.timers.check()?;
+        }
+        Ok(())
+    }
+}
+
 impl<In, K, KF, P> Operator<In> for KeyedProcessOperator<In, K, KF, P>
 where
     In: Data,
@@ -113,26 +149,14 @@ where
         batch: Vec<In>,
         out: &mut Collector<Self::Out>,
     ) -> Result<(), UserError> {
-        let timestamps = out.take_input_timestamps();
-        // The batch's keys first: in a store, those not cached are read in one go.
-        let keys: Vec<K> = batch.iter().map(|r| (self.key_fn)(r)).collect();
-        self.state.prefetch(&keys);
-        store_failure(&mut self.state)?;
-        for (i, (record, key)) in batch.into_iter().zip(keys).enumerate() {
-            let timestamp = timestamp_at(timestamps.as_deref(), i);
-            let mut ctx = Context {
-                key: &key,
-                timestamp,
-                domain: None,
-                state: &mut self.state,
-                timers: &mut self.timers,
-                out,
-            };
-            self.func.process_element(record, &mut ctx)?;
-            store_failure(&mut self.state)?;
-            self.timers.check()?;
+        // A state with a time-to-live reads processing time once for the batch.
+        if self.state.ttl().is_some() {
+            self.state
+                .pin_time(Some(self.timers.current_processing_time()));
         }
-        Ok(())
+        let processed = self.process_records(batch, out);
+        self.state.pin_time(None);
+        processed
     }
 
     fn process_watermark(

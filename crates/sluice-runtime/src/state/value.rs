@@ -67,6 +67,7 @@ impl<K: Clone, V: Clone> Clone for ValueState<K, V> {
                 accesses: 0,
                 sweep_after: SWEEP_MIN,
                 expiry: None,
+                pinned: None,
             })),
         };
         ValueState { inner }
@@ -132,7 +133,19 @@ where
                 accesses: 0,
                 sweep_after: SWEEP_MIN,
                 expiry: None,
+                pinned: None,
             })),
+        }
+    }
+
+    /// With a time-to-live: makes the accesses until `pin_time(None)` use processing time
+    /// `now` (ms) instead of reading the clock each. A keyed operator pins the time for a
+    /// batch of records: the clock read is ordered, so the processor cannot overlap one
+    /// record's memory reads with the next record's, and reading it per access took two thirds
+    /// of a heap state's updates (BENCHMARKS.md, "State time-to-live").
+    pub(crate) fn pin_time(&mut self, now: Option<i64>) {
+        if let Inner::Expiring(e) = &mut self.inner {
+            e.pinned = now;
         }
     }
 
@@ -476,6 +489,8 @@ struct Expiring<K, V> {
     /// Where the store it is attached to learns the time, when the store drops expired
     /// entries on its own.
     expiry: Option<Arc<Expiry>>,
+    /// The processing time an operator pinned for the accesses of a batch.
+    pinned: Option<i64>,
 }
 
 impl<K, V> Expiring<K, V>
@@ -485,7 +500,7 @@ where
 {
     /// Processing time now, which the store learns too.
     fn now(&self) -> i64 {
-        let now = self.clock.now_ms();
+        let now = self.pinned.unwrap_or_else(|| self.clock.now_ms());
         if let Some(expiry) = &self.expiry {
             expiry.observe(now);
         }
@@ -590,12 +605,12 @@ where
         V: Default,
     {
         let now = self.access();
-        if let Some(at) = self.stamp(&key)
-            && !visible(&self.config, at, now)
-        {
-            self.values.remove(&key);
-        }
+        // One lookup: a new value comes stamped 0, long expired, and starts from the default
+        // as an expired one does.
         let s = self.values.get_or_default(key);
+        if !visible(&self.config, s.at, now) {
+            s.value = V::default();
+        }
         s.at = now;
         &mut s.value
     }
