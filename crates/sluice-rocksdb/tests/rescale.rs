@@ -9,7 +9,7 @@ use sluice_connectors::file::{JsonLinesSink, read_committed};
 use sluice_core::CheckpointId;
 use sluice_rocksdb::RocksDbStateBackend;
 use sluice_runtime::prelude::*;
-use sluice_runtime::state::{KeyedListState, MapState};
+use sluice_runtime::state::{KeyedListState, MapState, StateTtlConfig};
 use sluice_runtime::testing::CountingPassThrough;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -40,10 +40,21 @@ struct Listed {
 }
 
 impl Listed {
-    fn new() -> Self {
+    /// With `ttl`, both states have a time-to-live no entry reaches in the test: each entry
+    /// carries its time through every checkpoint, restore and rescale.
+    fn new(ttl: bool) -> Self {
+        let (values, parity) = if ttl {
+            let day = StateTtlConfig::new(Duration::from_secs(86_400));
+            (
+                KeyedListState::with_ttl("values", day.clone()),
+                MapState::with_ttl("parity", day),
+            )
+        } else {
+            (KeyedListState::new("values"), MapState::new("parity"))
+        };
         Listed {
-            values: KeyedListState::new("values"),
-            parity: MapState::new("parity"),
+            values,
+            parity,
             max_parallelism: 128,
         }
     }
@@ -117,6 +128,8 @@ enum Counter {
     Value,
     /// [`Listed`]: a `KeyedListState` and a `MapState` per key.
     ListAndMap,
+    /// [`Listed`] with a time-to-live on both states.
+    ListAndMapWithTtl,
 }
 
 fn build(env: &StreamEnvironment, n: Option<u64>, seen: Seen, out: &Path, counter: Counter) {
@@ -139,7 +152,8 @@ fn build(env: &StreamEnvironment, n: Option<u64>, seen: Seen, out: &Path, counte
         .key_by(|r: &(u64, u64)| r.0);
     let counted = match counter {
         Counter::Value => source.process(CountingPassThrough::new()),
-        Counter::ListAndMap => source.process(Listed::new()),
+        Counter::ListAndMap => source.process(Listed::new(false)),
+        Counter::ListAndMapWithTtl => source.process(Listed::new(true)),
     };
     counted.sink_to_exactly_once(JsonLinesSink::new(out, "counted"));
 }
@@ -194,6 +208,18 @@ async fn incremental_checkpoints_survive_rescaling_from_2_to_3_to_1() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn incremental_lists_and_maps_survive_rescaling_from_2_to_3_to_1() {
     rescale(true, Counter::ListAndMap).await;
+}
+
+/// Keyed list and map state with a time-to-live, full checkpoints (the last run on the heap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_and_maps_with_a_time_to_live_survive_rescaling_from_2_to_3_to_1() {
+    rescale(false, Counter::ListAndMapWithTtl).await;
+}
+
+/// The same with incremental checkpoints: the stamped entries travel in the stores' files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_lists_and_maps_with_a_time_to_live_survive_rescaling_from_2_to_3_to_1() {
+    rescale(true, Counter::ListAndMapWithTtl).await;
 }
 
 async fn rescale(incremental: bool, counter: Counter) {
