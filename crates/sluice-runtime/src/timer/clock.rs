@@ -67,13 +67,20 @@ impl ProcessingClock {
         }
     }
 
-    /// The instant at which processing time reaches `ms` (now, if it already did).
+    /// The instant at which processing time reaches `ms`: exact on either side of the base, as
+    /// [`now_ms`](Self::now_ms) is (a time before the base maps before it); one too far back
+    /// to be an instant is due now.
     pub(crate) fn instant_at(&self, ms: i64) -> Instant {
-        let ahead = ms.saturating_sub(self.base_ms).max(0);
-        let ahead = Duration::from_millis(u64::try_from(ahead).unwrap_or(u64::MAX));
-        self.base
-            .checked_add(ahead)
-            .unwrap_or(self.base + Duration::from_secs(86_400 * 365))
+        let millis = |d: i64| Duration::from_millis(u64::try_from(d).unwrap_or(u64::MAX));
+        if ms >= self.base_ms {
+            self.base
+                .checked_add(millis(ms.saturating_sub(self.base_ms)))
+                .unwrap_or(self.base + Duration::from_secs(86_400 * 365))
+        } else {
+            self.base
+                .checked_sub(millis(self.base_ms.saturating_sub(ms)))
+                .unwrap_or_else(Instant::now)
+        }
     }
 }
 
@@ -92,5 +99,21 @@ mod tests {
         assert_eq!(first, 999, "before the base, rounded down");
         tokio::time::advance(Duration::from_secs(60)).await;
         assert_eq!(clock.now_ms() - first, 60_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_time_before_the_base_maps_to_an_instant_before_it() {
+        let clock = ProcessingClock {
+            base: Instant::now() + Duration::from_millis(50),
+            base_ms: 1_000,
+        };
+        let due = clock.instant_at(clock.now_ms() + 10);
+        assert!(due < clock.base, "10 ms from now is before the base");
+        tokio::time::sleep_until(due).await;
+        assert_eq!(clock.now_ms(), 960, "reached exactly");
+        assert!(
+            clock.instant_at(i64::MIN) <= Instant::now(),
+            "long past: due now"
+        );
     }
 }
