@@ -569,6 +569,24 @@ impl KeyedStore for CountingStore {
     }
 }
 
+/// For tests: a fresh memory store of one subtask at max parallelism 16, whose states cache
+/// only the fewest values.
+#[cfg(test)]
+pub(crate) fn memory_store() -> Arc<dyn KeyedStore> {
+    let scope = StoreScope {
+        node: sluice_core::NodeId(0),
+        operator_name: "test".into(),
+        subtask: 0,
+        attempt: 0,
+        max_parallelism: 16,
+        parallelism: 1,
+    };
+    match MemoryStateBackend::new(0).open(&scope) {
+        Ok(store) => store,
+        Err(e) => panic!("a memory store opens: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

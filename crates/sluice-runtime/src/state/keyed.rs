@@ -930,6 +930,7 @@ fn push_group(
 mod tests {
     use super::*;
     use crate::state::ValueState;
+    use crate::state::memory_store;
     use crate::state::redistribute;
 
     #[test]
@@ -996,20 +997,7 @@ mod tests {
         assert!(b.is_empty());
     }
 
-    use crate::state::backend::{KeyedStateBackend, MemoryStateBackend, StoreScope};
     use proptest::prelude::*;
-
-    fn memory_store() -> Arc<dyn KeyedStore> {
-        let scope = StoreScope {
-            node: sluice_core::NodeId(0),
-            operator_name: "test".into(),
-            subtask: 0,
-            attempt: 0,
-            max_parallelism: 16,
-            parallelism: 1,
-        };
-        MemoryStateBackend::new(0).open(&scope).unwrap()
-    }
 
     /// A state in front of a memory store whose cache holds only `MIN_CACHED` entries.
     fn on_store<V: Serialize + DeserializeOwned>(name: &str) -> ValueState<u32, V> {

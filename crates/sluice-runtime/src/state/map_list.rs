@@ -136,11 +136,7 @@ where
     /// ```
     pub fn with_ttl(name: &str, config: StateTtlConfig) -> Self {
         MapState {
-            inner: MapInner::Expiring(Timed {
-                values: ValueState::with_ttl(name, config.clone()),
-                config,
-                clock: ProcessingClock::new(),
-            }),
+            inner: MapInner::Expiring(Timed::new(name, config)),
         }
     }
 
@@ -436,11 +432,7 @@ where
     /// ```
     pub fn with_ttl(name: &str, config: StateTtlConfig) -> Self {
         KeyedListState {
-            inner: ListInner::Expiring(Timed {
-                values: ValueState::with_ttl(name, config.clone()),
-                config,
-                clock: ProcessingClock::new(),
-            }),
+            inner: ListInner::Expiring(Timed::new(name, config)),
         }
     }
 
@@ -637,6 +629,15 @@ where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned,
     C: Serialize + DeserializeOwned,
 {
+    /// A map's or list's state named `name`, each key's value expiring as `config` says.
+    fn new(name: &str, config: StateTtlConfig) -> Self {
+        Timed {
+            values: ValueState::with_ttl(name, config.clone()),
+            config,
+            clock: ProcessingClock::new(),
+        }
+    }
+
     /// Before a heap snapshot (when the config sweeps there, as [`ValueState`] does): drops
     /// each key's expired entries with `expire`, and the keys left empty. A store's entries are
     /// left as they are (its compactions drop the maps and lists whose every entry expired).
@@ -709,24 +710,13 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{KeyedStateBackend, MemoryStateBackend, StoreScope, TtlUpdate};
+    use crate::state::TtlUpdate;
+    use crate::state::memory_store;
     use proptest::prelude::*;
     use std::time::Duration;
     use tokio::time::advance;
 
     const MINUTE: Duration = Duration::from_secs(60);
-
-    fn memory_store() -> Arc<dyn KeyedStore> {
-        let scope = StoreScope {
-            node: sluice_core::NodeId(0),
-            operator_name: "test".into(),
-            subtask: 0,
-            attempt: 0,
-            max_parallelism: 16,
-            parallelism: 1,
-        };
-        MemoryStateBackend::new(0).open(&scope).unwrap()
-    }
 
     /// `make` on the heap and in front of a store whose cache keeps 16 values.
     fn both<S: AttachKeyedState>(make: impl Fn() -> S) -> [S; 2] {

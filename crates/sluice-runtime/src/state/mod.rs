@@ -31,7 +31,7 @@ mod value;
 mod value_cache;
 
 #[cfg(test)]
-pub(crate) use backend::{CountingBackend, CountingStore};
+pub(crate) use backend::{CountingBackend, CountingStore, memory_store};
 pub use backend::{
     KeyedStateBackend, KeyedStore, MemoryStateBackend, StateBackend, StoreError, StoreFiles,
     StoreScope, StoreStats, StoreWrite, UploadAhead,

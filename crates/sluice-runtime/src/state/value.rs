@@ -675,25 +675,12 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{
-        KeyedStateBackend, MemoryStateBackend, StateVisibility, StoreScope, TtlUpdate,
-    };
+    use crate::state::memory_store;
+    use crate::state::{StateVisibility, TtlUpdate};
     use std::time::Duration;
     use tokio::time::advance;
 
     const MINUTE: Duration = Duration::from_secs(60);
-
-    fn memory_store() -> Arc<dyn KeyedStore> {
-        let scope = StoreScope {
-            node: sluice_core::NodeId(0),
-            operator_name: "test".into(),
-            subtask: 0,
-            attempt: 0,
-            max_parallelism: 16,
-            parallelism: 1,
-        };
-        MemoryStateBackend::new(0).open(&scope).unwrap()
-    }
 
     /// The same state on the heap and in front of a store whose cache keeps 16 values.
     fn both(config: &StateTtlConfig) -> [ValueState<u32, u32>; 2] {
