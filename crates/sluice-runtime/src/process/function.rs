@@ -239,7 +239,8 @@ impl<K: StateKey> TimerService<'_, K> {
             .register_event_time_timer(self.key.clone(), (), timestamp);
     }
 
-    /// Calls `on_timer` when processing time reaches `timestamp`.
+    /// Calls `on_timer` once processing time has passed `timestamp` (as in Flink, not within
+    /// millisecond `timestamp` itself, so that a record of that millisecond still comes first).
     pub fn register_processing_time_timer(&mut self, timestamp: i64) {
         self.timers
             .register_processing_time_timer(self.key.clone(), (), timestamp);

@@ -15,7 +15,7 @@ use std::task::Poll;
 /// The operator behind `KeyedStream::process_keyed`. For each record it extracts the key and
 /// calls the function; on a watermark it first fires the event-time timers the watermark
 /// passed (in timestamp order, each with its own key current), then forwards the watermark; its
-/// `poll_pending` fires processing-time timers when tokio's clock reaches them. Per-key state and
+/// `poll_pending` fires processing-time timers once tokio's clock has passed them. Per-key state and
 /// timers are checkpointed as keyed state, by key group.
 pub struct KeyedProcessOperator<In, K, KF, P: KeyedProcessFunction<K, In>> {
     func: P,

@@ -47,10 +47,10 @@ where
         cx: &mut Context<'_>,
         out: &mut Collector<Out>,
     ) -> Poll<Result<(), UserError>> {
-        let Some(now) = self.timers().poll_processing(cx) else {
+        let Some(due) = self.timers().poll_processing(cx) else {
             return Poll::Pending;
         };
-        while let Some(timer) = self.timers().pop_processing_timer(now) {
+        while let Some(timer) = self.timers().pop_processing_timer(due) {
             if let Err(e) = self.on_timer(timer, out) {
                 return Poll::Ready(Err(e));
             }

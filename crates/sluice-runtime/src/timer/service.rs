@@ -327,9 +327,10 @@ where
         })
     }
 
-    /// The earliest processing-time timer at or before `now`, removed.
-    pub(crate) fn pop_processing_timer(&mut self, now: i64) -> Option<Timer<K, N>> {
-        let (key, namespace, timestamp) = self.pop_due(TimeDomain::ProcessingTime, now)?;
+    /// The earliest processing-time timer at or before `due`, removed (`due` as
+    /// [`poll_processing`](Self::poll_processing) returned it).
+    pub(crate) fn pop_processing_timer(&mut self, due: i64) -> Option<Timer<K, N>> {
+        let (key, namespace, timestamp) = self.pop_due(TimeDomain::ProcessingTime, due)?;
         Some(Timer {
             key,
             namespace,
@@ -338,9 +339,16 @@ where
         })
     }
 
-    /// Arms the tokio timer for the earliest processing-time timer and returns processing time
-    /// now if that timer is due; otherwise `None`, with `cx`'s waker registered for when it will
-    /// be.
+    /// Arms the tokio timer for the earliest processing-time timer and, once that timer is due,
+    /// returns the latest timestamp that is (processing time now, less a millisecond); otherwise
+    /// `None`, with `cx`'s waker registered for when it will be.
+    ///
+    /// A timer for `T` is due once processing time has passed `T`, as in Flink
+    /// (`ProcessingTimeServiceUtil.getProcessingTimeDelay` adds a millisecond): a record processed
+    /// later within millisecond `T` is still processed before the timer for `T`, the way a
+    /// watermark `T` promises no record at or before `T` follows it. So a processing-time window
+    /// ending at `E` (its timer at `E - 1`) fires only once processing time reached `E`, never
+    /// while records of the millisecond before are still being assigned to it.
     pub(crate) fn poll_processing(&mut self, cx: &mut Context<'_>) -> Option<i64> {
         let earliest = match &mut self.stored {
             Some(s) => {
@@ -350,11 +358,11 @@ where
             None => self.processing.peek_time()?,
         };
         let now = self.clock.now_ms();
-        if earliest <= now {
-            return Some(now);
+        if earliest < now {
+            return Some(now - 1);
         }
         if self.armed_for != Some(earliest) {
-            let at = self.clock.instant_at(earliest);
+            let at = self.clock.instant_at(earliest.saturating_add(1));
             match &mut self.sleep {
                 Some(s) => s.as_mut().reset(at),
                 None => self.sleep = Some(Box::pin(tokio::time::sleep_until(at))),
@@ -365,8 +373,8 @@ where
         if sleep.as_mut().poll(cx).is_ready() {
             self.armed_for = None;
             // tokio's timer has millisecond granularity: read the clock again.
-            let now = self.clock.now_ms().max(earliest);
-            return Some(now);
+            let now = self.clock.now_ms().max(earliest.saturating_add(1));
+            return Some(now - 1);
         }
         None
     }
@@ -499,18 +507,42 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_processing_time_timer_is_due_when_the_paused_clock_reaches_it() {
+    async fn a_processing_time_timer_is_due_once_the_paused_clock_passed_it() {
         let mut timers: InternalTimers<u8, ()> = InternalTimers::new("p");
         timers.set_clock(ProcessingClock::starting_at(0));
         timers.register_processing_time_timer(1, (), 50);
+        timers.register_processing_time_timer(2, (), 51);
         let mut cx = Context::from_waker(std::task::Waker::noop());
         assert_eq!(timers.poll_processing(&mut cx), None);
-        tokio::time::advance(std::time::Duration::from_millis(49)).await;
-        assert_eq!(timers.poll_processing(&mut cx), None);
+        tokio::time::advance(std::time::Duration::from_millis(50)).await;
+        assert_eq!(
+            timers.poll_processing(&mut cx),
+            None,
+            "not within its own millisecond"
+        );
         tokio::time::advance(std::time::Duration::from_millis(1)).await;
-        let now = timers.poll_processing(&mut cx).unwrap();
-        assert_eq!(now, 50);
-        assert_eq!(timers.pop_processing_timer(now).map(|t| t.key), Some(1));
+        let due = timers.poll_processing(&mut cx).unwrap();
+        assert_eq!(due, 50);
+        assert_eq!(timers.pop_processing_timer(due).map(|t| t.key), Some(1));
+        assert_eq!(
+            timers.pop_processing_timer(due),
+            None,
+            "51 is not due at 51"
+        );
         assert_eq!(timers.poll_processing(&mut cx), None);
+    }
+
+    /// The timer a processing-time window registers for its last millisecond, from a record in
+    /// that millisecond, waits for the next one (with the clock stopped, forever): a record
+    /// arriving later in the same millisecond still joins the window.
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_for_the_current_millisecond_waits_for_the_next() {
+        let mut timers: InternalTimers<u8, ()> = InternalTimers::new("p");
+        timers.set_clock(ProcessingClock::starting_at(99));
+        timers.register_processing_time_timer(1, (), 99);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert_eq!(timers.poll_processing(&mut cx), None);
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        assert_eq!(timers.poll_processing(&mut cx), Some(99));
     }
 }

@@ -719,8 +719,8 @@ async fn processing_time_windows_fire_when_the_paused_clock_passes_their_end() {
     let a = TumblingProcessingTimeWindows::of(Duration::from_millis(1_000));
     let mut op = operator(a, 0);
     op.open(&OperatorContext::for_test("window", 0, 1)).unwrap();
-    // Start at a window's start: the paused clock reads the wall clock of the process's first
-    // read, and in the last millisecond of a window the records' window would be due at once.
+    // Start at a window's start (the paused clock reads the wall clock of the process's first
+    // read, anywhere in a window).
     let now = op.timers.current_processing_time();
     tokio::time::advance(Duration::from_millis(
         (1_000 - now.rem_euclid(1_000)) as u64,
@@ -732,10 +732,10 @@ async fn processing_time_windows_fire_when_the_paused_clock_passes_their_end() {
     op.process_batch(vec![(1, 0), (2, 0), (1, 0)], &mut c)
         .unwrap();
     assert!(op.poll_pending(&mut cx, &mut c).is_pending());
-    tokio::time::advance(Duration::from_millis(998)).await;
+    tokio::time::advance(Duration::from_millis(999)).await;
     assert!(
         op.poll_pending(&mut cx, &mut c).is_pending(),
-        "not before its last millisecond"
+        "not within its last millisecond, as in Flink: a record may still join it"
     );
     tokio::time::advance(Duration::from_millis(1)).await;
     assert!(op.poll_pending(&mut cx, &mut c).is_ready());

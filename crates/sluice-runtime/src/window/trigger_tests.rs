@@ -338,7 +338,9 @@ fn continuous_event_time_trigger_merges_sessions_to_the_earliest_fire_time() {
 }
 
 /// ContinuousProcessingTimeTriggerTest, on tokio's paused clock: a processing-time window fires
-/// every interval from its first record, the last time at its end.
+/// every interval from its first record, the last time at its end. A timer for `T` fires once
+/// the clock passed `T` (Flink's real processing-time service adds the same millisecond; its
+/// test harness's manual clock does not).
 #[tokio::test(start_paused = true)]
 async fn continuous_processing_time_trigger_fires_every_interval_of_the_paused_clock() {
     let mut d = Drive::new(plain(
@@ -357,6 +359,8 @@ async fn continuous_processing_time_trigger_fires_every_interval_of_the_paused_c
     d.untimed(&[(1, 1)]).unwrap();
     assert_eq!(d.poll(), vec![]);
     tokio::time::advance(Duration::from_millis(300)).await;
+    assert_eq!(d.poll(), vec![], "not within the millisecond of its timer");
+    tokio::time::advance(Duration::from_millis(1)).await;
     assert_eq!(d.poll(), vec![(1, t0, vec![1])]);
     d.untimed(&[(1, 2)]).unwrap();
     tokio::time::advance(Duration::from_millis(300)).await;
@@ -378,6 +382,12 @@ async fn the_processing_time_trigger_fires_event_time_windows_by_the_clock() {
     assert_eq!(d.wm(now), vec![]);
     let start = TimeWindow::start_with_offset(now + 5, 0, 10);
     tokio::time::advance(Duration::from_millis((start + 9 - now) as u64)).await;
+    assert_eq!(
+        d.poll(),
+        vec![],
+        "its timer (at 9) fires once the clock passed it"
+    );
+    tokio::time::advance(Duration::from_millis(1)).await;
     assert_eq!(d.poll(), vec![(1, start, vec![now + 5])]);
     assert_eq!(d.wm(start + 9), vec![], "the watermark only cleans up");
     assert!(d.op.windows.is_empty() && d.op.timers.is_empty());
