@@ -89,6 +89,7 @@ where
         &self,
         func: P,
     ) -> ProcessedStream<P::Out> {
+        let refused = crate::state::StateTtlConfig::refusal(func.state_ttl().as_ref());
         let op = KeyedBroadcastProcessOperator::new(
             func,
             self.first.key_fn().clone(),
@@ -99,6 +100,9 @@ where
             "Keyed Broadcast Process",
             op,
         );
+        if let Some(message) = refused {
+            raw.refuse(message);
+        }
         ProcessedStream::new(raw, "Keyed Broadcast Process")
     }
 }

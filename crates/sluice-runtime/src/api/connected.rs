@@ -136,8 +136,12 @@ where
     /// by both, named "Keyed Co-Process".
     pub fn process<P: KeyedCoProcessFunction<K, A, B>>(&self, func: P) -> ProcessedStream<P::Out> {
         let key = either_key(self.first.key_fn().clone(), self.second.key_fn().clone());
+        let refused = crate::state::StateTtlConfig::refusal(func.state_ttl().as_ref());
         let op = KeyedProcessOperator::new(KeyedCo::new(func), key);
         let raw = self.transform("Keyed Co-Process", op);
+        if let Some(message) = refused {
+            raw.refuse(message);
+        }
         ProcessedStream::new(raw, "Keyed Co-Process")
     }
 

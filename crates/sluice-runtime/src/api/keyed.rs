@@ -154,8 +154,13 @@ impl<T: Data, K, F: Fn(&T) -> K + Clone + Send + 'static> KeyedStream<T, K, F> {
         K: StateKey,
         P: KeyedProcessFunction<K, T>,
     {
+        let refused = crate::state::StateTtlConfig::refusal(func.state_ttl().as_ref());
         let op = KeyedProcessOperator::new(func, self.key_fn.clone());
-        ProcessedStream::new(self.stream.transform("Keyed Process", op), "Keyed Process")
+        let raw = self.stream.transform("Keyed Process", op);
+        if let Some(message) = refused {
+            raw.refuse(message);
+        }
+        ProcessedStream::new(raw, "Keyed Process")
     }
 
     /// Cuts the stream into windows of each key (Flink's `KeyedStream.window`); see

@@ -204,6 +204,9 @@ impl OperatorContext {
     /// on the heap it does nothing. Keyed operators call it in `open`, after `initialize_state`
     /// restored what they had; each state shares the store's memory budget.
     pub fn attach_keyed_state<S: AttachKeyedState>(&self, state: &mut S) -> Result<(), StateError> {
+        if let Some((name, ttl)) = state.time_to_live() {
+            ttl.check(name)?;
+        }
         if let Some((store, caches)) = self.keyed_store()? {
             state.attach_to(store, self.max_parallelism(), caches, &self.describe())?;
         }

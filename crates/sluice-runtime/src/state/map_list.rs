@@ -32,6 +32,13 @@ pub trait AttachKeyedState {
         caches: ValueCaches,
         operator: &str,
     ) -> Result<(), StateError>;
+
+    /// The state's name and time-to-live, when it has one: checked before the state attaches
+    /// (on the heap too), so that a time-to-live under a millisecond fails the operator's
+    /// `open` with [`StateError::InvalidTimeToLive`].
+    fn time_to_live(&self) -> Option<(&str, &StateTtlConfig)> {
+        None
+    }
 }
 
 impl<K, V> AttachKeyedState for ValueState<K, V>
@@ -47,6 +54,10 @@ where
         operator: &str,
     ) -> Result<(), StateError> {
         self.attach(store, max_parallelism, caches, operator)
+    }
+
+    fn time_to_live(&self) -> Option<(&str, &StateTtlConfig)> {
+        Some((self.name(), self.ttl()?))
     }
 }
 
@@ -137,6 +148,14 @@ where
     pub fn with_ttl(name: &str, config: StateTtlConfig) -> Self {
         MapState {
             inner: MapInner::Expiring(Timed::new(name, config)),
+        }
+    }
+
+    /// The state's name.
+    pub fn name(&self) -> &str {
+        match &self.inner {
+            MapInner::Plain(v) => v.name(),
+            MapInner::Expiring(t) => t.values.name(),
         }
     }
 
@@ -436,6 +455,14 @@ where
         }
     }
 
+    /// The state's name.
+    pub fn name(&self) -> &str {
+        match &self.inner {
+            ListInner::Plain(v) => v.name(),
+            ListInner::Expiring(t) => t.values.name(),
+        }
+    }
+
     /// The state's time-to-live, if it has one.
     pub fn ttl(&self) -> Option<&StateTtlConfig> {
         match &self.inner {
@@ -689,6 +716,10 @@ where
     ) -> Result<(), StateError> {
         self.attach(store, max_parallelism, caches, operator)
     }
+
+    fn time_to_live(&self) -> Option<(&str, &StateTtlConfig)> {
+        Some((self.name(), self.ttl()?))
+    }
 }
 
 impl<K, T> AttachKeyedState for KeyedListState<K, T>
@@ -705,6 +736,10 @@ where
     ) -> Result<(), StateError> {
         self.attach(store, max_parallelism, caches, operator)
     }
+
+    fn time_to_live(&self) -> Option<(&str, &StateTtlConfig)> {
+        Some((self.name(), self.ttl()?))
+    }
 }
 
 #[cfg(test)]
@@ -713,6 +748,31 @@ mod tests {
     use crate::state::TtlUpdate;
     use crate::state::memory_store;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_time_to_live_under_a_millisecond_fails_the_attach_naming_the_state() {
+        let ctx = crate::operator::OperatorContext::for_test("op", 0, 1);
+        let zero = StateTtlConfig::new(std::time::Duration::ZERO);
+        let mut v: ValueState<u32, u32> = ValueState::with_ttl("v", zero.clone());
+        let mut m: MapState<u32, u32, u32> = MapState::with_ttl("m", zero.clone());
+        let mut l: KeyedListState<u32, u32> = KeyedListState::with_ttl("l", zero);
+        let errors = [
+            ctx.attach_keyed_state(&mut v),
+            ctx.attach_keyed_state(&mut m),
+            ctx.attach_keyed_state(&mut l),
+        ];
+        for (err, name) in errors.into_iter().zip(["v", "m", "l"]) {
+            let err = err.expect_err("refused");
+            assert!(
+                matches!(&err, StateError::InvalidTimeToLive { state, .. } if state == name),
+                "{err}"
+            );
+            assert!(err.to_string().contains("at least 1 ms"), "{err}");
+        }
+        let ms = StateTtlConfig::new(std::time::Duration::from_millis(1));
+        let mut ok: MapState<u32, u32, u32> = MapState::with_ttl("ok", ms);
+        ctx.attach_keyed_state(&mut ok).unwrap();
+    }
     use std::time::Duration;
     use tokio::time::advance;
 

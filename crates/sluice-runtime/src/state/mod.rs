@@ -75,6 +75,17 @@ pub enum StateError {
         /// Whether the checkpoint holds it with a time-to-live.
         checkpointed_with_ttl: bool,
     },
+    /// The state's time-to-live is under a millisecond (Flink refuses one that is not
+    /// positive).
+    #[error(
+        "state {state:?} has a time-to-live of {ttl:?}: it must be at least 1 ms (every value would expire as soon as written)"
+    )]
+    InvalidTimeToLive {
+        /// The state's name.
+        state: String,
+        /// The time-to-live it was given.
+        ttl: std::time::Duration,
+    },
 }
 
 /// One keyed entry: all keys of one key group of one named state.

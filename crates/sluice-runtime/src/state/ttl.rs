@@ -89,6 +89,11 @@ pub struct StateTtlConfig {
 impl StateTtlConfig {
     /// Values live `ttl` after their last write; expired ones are never returned and are
     /// cleaned up in the background.
+    ///
+    /// `ttl` must be at least a millisecond, as Flink wants it positive: a keyed function's
+    /// shorter [`state_ttl`](crate::process::KeyedProcessFunction::state_ttl) refuses its job
+    /// at submit, and [`OperatorContext::attach_keyed_state`](crate::OperatorContext::attach_keyed_state)
+    /// refuses a shorter state with [`StateError::InvalidTimeToLive`](super::StateError::InvalidTimeToLive).
     pub fn new(ttl: Duration) -> Self {
         StateTtlConfig {
             ttl,
@@ -137,6 +142,31 @@ impl StateTtlConfig {
 
     pub(crate) fn renews_on_read(&self) -> bool {
         self.update == TtlUpdate::OnReadAndWrite
+    }
+
+    /// Why a keyed function's `state_ttl()` is refused when its job is submitted, if it is: a
+    /// time-to-live under a millisecond, as [`check`](Self::check) refuses it.
+    pub(crate) fn refusal(config: Option<&StateTtlConfig>) -> Option<String> {
+        let c = config?;
+        (c.ttl_ms() < 1).then(|| {
+            format!(
+                "its state_ttl() is {:?}: a state time-to-live must be at least 1 ms (every \
+                 value would expire as soon as written)",
+                c.ttl
+            )
+        })
+    }
+
+    /// Refuses a time-to-live under a millisecond, as Flink refuses one that is not positive
+    /// (every value would be expired as soon as written); `state` names the state in the error.
+    pub(crate) fn check(&self, state: &str) -> Result<(), super::StateError> {
+        if self.ttl_ms() < 1 {
+            return Err(super::StateError::InvalidTimeToLive {
+                state: state.to_string(),
+                ttl: self.ttl,
+            });
+        }
+        Ok(())
     }
 
     pub(crate) fn returns_expired(&self) -> bool {
