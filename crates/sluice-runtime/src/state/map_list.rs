@@ -1,5 +1,6 @@
 //! [`MapState`] (a map per key) and [`KeyedListState`] (a list per key), each one
-//! [`ValueState`] underneath whose value is a key's whole map or list; and
+//! [`ValueState`] underneath whose value is a key's whole map or list (a map in front of a
+//! store keeps each entry as a value of its own instead: `map_stored.rs`); and
 //! [`AttachKeyedState`], which puts any of the three in front of the job's keyed store.
 //!
 //! With a time-to-live each entry of a map and each item of a list keeps the time of its last
@@ -9,6 +10,7 @@
 //! map or list that is still alive are removed when the key is next read or written.
 
 use super::backend::{KeyedStore, StoreError};
+use super::map_stored::{StoredMap, Whole};
 use super::ttl::{Stamped, StateTtlConfig, expired, visible};
 use super::value::ValueState;
 use super::value_cache::ValueCaches;
@@ -72,15 +74,43 @@ where
 /// ```
 ///
 /// Made [`with_ttl`](Self::with_ttl), each entry expires on its own.
-#[derive(Clone, Debug)]
+///
+/// On the heap a key's map is a `BTreeMap`. In front of a store (after
+/// [`attach`](Self::attach)) each entry is a stored value of its own, as in Flink's RocksDB
+/// backend: [`get`](Self::get), [`put`](Self::put) and [`remove`](Self::remove) cost one
+/// entry whatever the size of the key's map, and [`entries`](Self::entries) reads the key's
+/// entries in one scan. Both write the same checkpoints (a map per key).
+#[derive(Debug)]
 pub struct MapState<K, UK, UV> {
     inner: MapInner<K, UK, UV>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 enum MapInner<K, UK, UV> {
     Plain(ValueState<K, BTreeMap<UK, UV>>),
     Expiring(Timed<ValueState<K, BTreeMap<UK, Stamped<UV>>>>),
+    /// In front of a store: an entry per stored value (`map_stored.rs`).
+    Stored(Box<StoredMap<K, UK, UV>>),
+}
+
+impl<K, UK, UV> Clone for MapState<K, UK, UV>
+where
+    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
+    UK: Ord + Clone + Serialize + DeserializeOwned,
+    UV: Clone + Serialize + DeserializeOwned,
+{
+    /// A copy of a heap state; a state in front of a store copies as an empty heap state.
+    fn clone(&self) -> Self {
+        let inner = match &self.inner {
+            MapInner::Plain(v) => MapInner::Plain(v.clone()),
+            MapInner::Expiring(t) => MapInner::Expiring(t.clone()),
+            MapInner::Stored(s) => match s.ttl() {
+                Some(c) => MapInner::Expiring(Timed::new(s.name(), c.clone())),
+                None => MapInner::Plain(ValueState::new(s.name())),
+            },
+        };
+        MapState { inner }
+    }
 }
 
 /// A map's or a list's state with a time-to-live, and the clock its entries are stamped by.
@@ -115,7 +145,7 @@ impl<'a, UK, UV> Iterator for MapEntries<'a, UK, UV> {
 impl<K, UK, UV> MapState<K, UK, UV>
 where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-    UK: Ord + Serialize + DeserializeOwned,
+    UK: Ord + Clone + Serialize + DeserializeOwned,
     UV: Serialize + DeserializeOwned,
 {
     /// An empty state named `name`.
@@ -156,6 +186,7 @@ where
         match &self.inner {
             MapInner::Plain(v) => v.name(),
             MapInner::Expiring(t) => t.values.name(),
+            MapInner::Stored(s) => s.name(),
         }
     }
 
@@ -164,10 +195,13 @@ where
         match &self.inner {
             MapInner::Plain(_) => None,
             MapInner::Expiring(t) => Some(&t.config),
+            MapInner::Stored(s) => s.ttl(),
         }
     }
 
-    /// Puts this state in front of a store; see [`ValueState::attach`].
+    /// Puts this state in front of a store (see [`ValueState::attach`]): from now on each
+    /// entry is a stored value of its own, and the maps it held so far (restored) move in
+    /// entry by entry. Attaching twice keeps the first store.
     pub fn attach(
         &mut self,
         store: Arc<dyn KeyedStore>,
@@ -175,10 +209,21 @@ where
         caches: impl Into<ValueCaches>,
         operator: &str,
     ) -> Result<(), StateError> {
-        match &mut self.inner {
-            MapInner::Plain(v) => v.attach(store, max_parallelism, caches, operator),
-            MapInner::Expiring(t) => t.values.attach(store, max_parallelism, caches, operator),
+        let mut whole = match &self.inner {
+            MapInner::Stored(_) => return Ok(()),
+            MapInner::Plain(v) => Whole::new(v.name(), None),
+            MapInner::Expiring(t) => Whole::new(t.values.name(), Some(&t.config)),
+        };
+        // The heap maps go to `whole`, which moves them into the entries.
+        match (&mut self.inner, &mut whole) {
+            (MapInner::Plain(v), Whole::Plain(w)) => std::mem::swap(v, w),
+            (MapInner::Expiring(t), Whole::Stamped(w)) => std::mem::swap(&mut t.values, w),
+            _ => {}
         }
+        let stored =
+            StoredMap::attach(&mut whole, store, max_parallelism, caches.into(), operator)?;
+        self.inner = MapInner::Stored(Box::new(stored));
+        Ok(())
     }
 
     /// The first store failure since the last call; see [`ValueState::take_error`].
@@ -186,6 +231,7 @@ where
         match &mut self.inner {
             MapInner::Plain(v) => v.take_error(),
             MapInner::Expiring(t) => t.values.take_error(),
+            MapInner::Stored(s) => s.take_error(),
         }
     }
 
@@ -193,6 +239,7 @@ where
     pub fn get(&mut self, key: &K, user_key: &UK) -> Option<&UV> {
         let t = match &mut self.inner {
             MapInner::Plain(v) => return v.get(key).and_then(|m| m.get(user_key)),
+            MapInner::Stored(s) => return s.get(key, user_key),
             MapInner::Expiring(t) => t,
         };
         let (now, ttl_ms) = (t.clock.now_ms(), t.config.ttl_ms());
@@ -215,6 +262,7 @@ where
     pub fn put(&mut self, key: K, user_key: UK, value: UV) -> Option<UV> {
         match &mut self.inner {
             MapInner::Plain(v) => v.get_or_default(key).insert(user_key, value),
+            MapInner::Stored(s) => s.put(key, user_key, value),
             MapInner::Expiring(t) => {
                 let now = t.clock.now_ms();
                 let old = t
@@ -237,6 +285,7 @@ where
                 }
                 removed
             }
+            MapInner::Stored(s) => s.remove(key, user_key),
             MapInner::Expiring(t) => {
                 let now = t.clock.now_ms();
                 let (_, s) = t.remove_entries(key, |k, _| k == user_key)?;
@@ -255,6 +304,7 @@ where
                     None => EntriesInner::None,
                 });
             }
+            MapInner::Stored(s) => return MapEntries(EntriesInner::Plain(s.entries(key).iter())),
             MapInner::Expiring(t) => t,
         };
         let (now, ttl_ms) = (t.clock.now_ms(), t.config.ttl_ms());
@@ -286,6 +336,7 @@ where
                 t.sweep_heap(|m, ttl_ms, now| m.retain(|_, s| !expired(s.at, ttl_ms, now)));
                 t.values.snapshot_into(max_parallelism, state)
             }
+            MapInner::Stored(s) => s.snapshot_into(max_parallelism, state),
         }
     }
 
@@ -294,6 +345,7 @@ where
         match &mut self.inner {
             MapInner::Plain(v) => v.restore_from(state),
             MapInner::Expiring(t) => t.values.restore_from(state),
+            MapInner::Stored(s) => s.restore_from(state),
         }
     }
 }
@@ -302,7 +354,7 @@ where
 impl<K, UK, UV> MapState<K, UK, UV>
 where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-    UK: Ord + Serialize + DeserializeOwned,
+    UK: Ord + Clone + Serialize + DeserializeOwned,
     UV: Serialize + DeserializeOwned,
 {
     /// How many keys have a map.
@@ -310,6 +362,7 @@ where
         match &mut self.inner {
             MapInner::Plain(v) => v.len(),
             MapInner::Expiring(t) => t.values.len(),
+            MapInner::Stored(s) => s.key_count(),
         }
     }
 }
@@ -317,7 +370,7 @@ where
 impl<K, UK, UV> Timed<ValueState<K, BTreeMap<UK, Stamped<UV>>>>
 where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-    UK: Ord + Serialize + DeserializeOwned,
+    UK: Ord + Clone + Serialize + DeserializeOwned,
     UV: Serialize + DeserializeOwned,
 {
     /// Removes the entries of `key` that `gone` names, without renewing the map (a key left
@@ -704,7 +757,7 @@ impl<T> IsEmpty for StampedList<T> {
 impl<K, UK, UV> AttachKeyedState for MapState<K, UK, UV>
 where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-    UK: Ord + Serialize + DeserializeOwned,
+    UK: Ord + Clone + Serialize + DeserializeOwned,
     UV: Serialize + DeserializeOwned,
 {
     fn attach_to(

@@ -25,6 +25,7 @@ pub(crate) mod fetched;
 mod keyed;
 mod list;
 mod map_list;
+mod map_stored;
 mod redistribute;
 mod ttl;
 mod value;

@@ -229,14 +229,44 @@ where
             Inner::Plain(v) => v.scan_stored(group, from, f),
             Inner::Expiring(e) => {
                 let (now, ttl_ms) = (e.now(), e.config.ttl_ms());
+                let shown = e.config.returns_expired();
                 e.values
                     .scan_stored(group, from, &mut |k, v| match strip_stamp(v) {
-                        Some((at, _)) if expired(at, ttl_ms, now) => true,
+                        Some((at, _)) if !shown && expired(at, ttl_ms, now) => true,
                         Some((_, value)) => f(k, value),
                         None => f(k, v),
                     })
             }
         }
+    }
+
+    /// [`scan_stored`](Self::scan_stored) with the values as stored: with a time-to-live,
+    /// stamped with their time of last access, and the expired ones too.
+    pub(crate) fn scan_stored_stamped(
+        &mut self,
+        group: usize,
+        from: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        either!(self, v => v.scan_stored(group, from, f))
+    }
+
+    /// Sets `key`'s value as last accessed at `at` (a value moved from elsewhere keeps its
+    /// time); without a time-to-live, `at` is ignored.
+    pub(crate) fn update_stamped(&mut self, key: K, at: i64, value: V) {
+        match &mut self.inner {
+            Inner::Plain(v) => {
+                v.update(key, value);
+            }
+            Inner::Expiring(e) => {
+                e.values.update(key, Stamped { at, value });
+            }
+        }
+    }
+
+    /// Keeps a store failure for [`take_error`](Self::take_error) (the first one kept wins).
+    pub(crate) fn keep_error(&mut self, e: StoreError) {
+        either!(self, v => v.keep_error(e))
     }
 
     /// Sets (`Some`) or removes (`None`) the values of keys whose values the caller knows
