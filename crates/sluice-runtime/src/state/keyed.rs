@@ -42,7 +42,13 @@ fn capacity(bytes: usize, per_entry: usize) -> usize {
 pub(crate) struct Values<K, V> {
     name: String,
     tier: Tier<K, V>,
+    /// The key group of a key: by its hash (`key_group`), unless the state set another way
+    /// (`grouped_by`), for keys whose hash covers more than what picks their group.
+    group_of: GroupOf<K>,
 }
+
+/// How a state's key picks its key group, given the maximum parallelism.
+pub(crate) type GroupOf<K> = fn(&K, usize) -> usize;
 
 #[derive(Debug)]
 enum Tier<K, V> {
@@ -60,6 +66,7 @@ impl<K: Clone, V: Clone> Clone for Values<K, V> {
         Values {
             name: self.name.clone(),
             tier,
+            group_of: self.group_of,
         }
     }
 }
@@ -83,6 +90,7 @@ struct StoreTier<K, V> {
     store: Arc<dyn KeyedStore>,
     id: u32,
     max_parallelism: usize,
+    group_of: GroupOf<K>,
     operator: String,
     cache: FxHashMap<K, Slot<V>>,
     /// Most entries the cache holds before a write-back.
@@ -128,6 +136,7 @@ where
             store,
             id,
             max_parallelism,
+            group_of,
             operator,
             error,
             stored,
@@ -141,7 +150,13 @@ where
             }
             Entry::Vacant(v) => {
                 let value = if *stored {
-                    match read(&**store, *id, *max_parallelism, operator, name, v.key()) {
+                    match read(
+                        &**store,
+                        (*id, *group_of, *max_parallelism),
+                        operator,
+                        name,
+                        v.key(),
+                    ) {
                         Ok(value) => value,
                         Err(e) => {
                             if error.is_none() {
@@ -207,7 +222,7 @@ where
         missing.truncate(self.cap.saturating_sub(self.cache.len()));
         let mut encoded = Vec::with_capacity(missing.len());
         for (i, key) in missing.iter().enumerate() {
-            match store_key(self.max_parallelism, self.id, *key) {
+            match store_key(self.group_of, self.max_parallelism, self.id, *key) {
                 Ok(k) => encoded.push((k, i)),
                 Err(e) => {
                     let e = decode_error(&self.operator, name, e);
@@ -272,6 +287,13 @@ where
             // The first estimate of an entry's size was too high: there is room after all.
             return Ok(());
         }
+        self.drop_clean();
+        Ok(())
+    }
+
+    /// Drops the entries not used since the last time (CLOCK), then more, down to half the
+    /// capacity; every entry must be clean (just written back).
+    fn drop_clean(&mut self) {
         self.cache
             .retain(|_, slot| std::mem::replace(&mut slot.used, false));
         let half = self.cap / 2;
@@ -285,7 +307,6 @@ where
                 false
             });
         }
-        Ok(())
     }
 
     /// Sizes the capacity from `n` entries measured at `bytes` encoded bytes in all.
@@ -308,7 +329,7 @@ where
     fn size_from_sample(&mut self, name: &str) -> Result<(), StoreError> {
         let (mut n, mut bytes) = (0usize, 0usize);
         for (k, slot) in self.cache.iter().take(SAMPLE) {
-            let key = store_key(self.max_parallelism, self.id, k)
+            let key = store_key(self.group_of, self.max_parallelism, self.id, k)
                 .map_err(|e| decode_error(&self.operator, name, e))?;
             let value = match &slot.value {
                 Some(v) => codec::encode(v)
@@ -325,19 +346,24 @@ where
 
     /// Writes every dirty entry to the store, in key order and in batches of about
     /// `WRITE_BATCH_BYTES`; with `evict`, empties the cache. Either way, sizes the capacity from
-    /// what it measured.
+    /// what it measured, and a cache over it (values that grew while cached) drops clean
+    /// entries down to it.
     ///
     /// Bounded batches keep a write-back within the memory budget: the encoded entries of a
     /// whole cache at once took as much memory again as the cache, and RocksDB put each batch
     /// whole into one memtable, past its write buffer size.
     fn write_back(&mut self, name: &str, evict: bool) -> Result<(), StoreError> {
-        let (operator, max_parallelism, id) = (&self.operator, self.max_parallelism, self.id);
+        let (operator, max_parallelism, id, group_of) =
+            (&self.operator, self.max_parallelism, self.id, self.group_of);
         let fail = |e| decode_error(operator, name, e);
         // The dirty keys encoded, in key order: a store's sorted memtable then inserts each key
         // next to the one before.
         let mut dirty: Vec<(Vec<u8>, &Slot<V>)> = Vec::new();
         for (k, slot) in self.cache.iter().filter(|(_, s)| s.dirty) {
-            dirty.push((store_key(max_parallelism, id, k).map_err(fail)?, slot));
+            dirty.push((
+                store_key(group_of, max_parallelism, id, k).map_err(fail)?,
+                slot,
+            ));
         }
         dirty.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let n = dirty.len();
@@ -369,6 +395,10 @@ where
         self.size_cap(bytes, n);
         if evict {
             self.cache.clear();
+        } else if self.cache.len() > self.cap {
+            // The values grew past the budget since they were loaded (a state whose keys all
+            // stay cached never loads another, so would never shrink otherwise).
+            self.drop_clean();
         }
         Ok(())
     }
@@ -398,26 +428,27 @@ impl<V> Slot<V> {
 }
 
 /// The store key of `key` in state `id`.
-fn store_key<K: Hash + Serialize>(
+fn store_key<K: Serialize>(
+    group_of: GroupOf<K>,
     max_parallelism: usize,
     id: u32,
     key: &K,
 ) -> Result<Vec<u8>, CodecError> {
-    let mut k = key_prefix(key_group(key, max_parallelism), id).to_vec();
+    let mut k = key_prefix(group_of(key, max_parallelism), id).to_vec();
     codec::encode_into(key, &mut k)?;
     Ok(k)
 }
 
 /// Reads and decodes the value of `key` in state `id` of `store`.
-fn read<K: Hash + Serialize, V: DeserializeOwned>(
+fn read<K: Serialize, V: DeserializeOwned>(
     store: &dyn KeyedStore,
-    id: u32,
-    max_parallelism: usize,
+    (id, group_of, max_parallelism): (u32, GroupOf<K>, usize),
     operator: &str,
     name: &str,
     key: &K,
 ) -> Result<Option<V>, StoreError> {
-    let k = store_key(max_parallelism, id, key).map_err(|e| decode_error(operator, name, e))?;
+    let k = store_key(group_of, max_parallelism, id, key)
+        .map_err(|e| decode_error(operator, name, e))?;
     match store.get(&k)? {
         None => Ok(None),
         Some(bytes) => codec::decode(&bytes)
@@ -444,7 +475,16 @@ where
         Values {
             name: name.to_string(),
             tier: Tier::Heap(FxHashMap::default()),
+            group_of: key_group::<K>,
         }
+    }
+
+    /// Picks each key's key group with `group_of` instead of the key's hash: for a key that
+    /// hashes more than its group depends on (so that the cache spreads it well). Set before
+    /// the state holds anything.
+    pub(crate) fn grouped_by(mut self, group_of: GroupOf<K>) -> Self {
+        self.group_of = group_of;
+        self
     }
 
     /// The state's name.
@@ -464,6 +504,7 @@ where
         caches: impl Into<ValueCaches>,
         operator: &str,
     ) -> Result<(), StateError> {
+        let group_of = self.group_of;
         let Tier::Heap(values) = &mut self.tier else {
             return Ok(());
         };
@@ -483,7 +524,7 @@ where
         let mut batch = Vec::new();
         for (k, v) in values.drain() {
             batch.push((
-                store_key(max_parallelism, id, &k)?,
+                store_key(group_of, max_parallelism, id, &k)?,
                 Some(codec::encode(&v)?),
             ));
             if batch.len() >= 4096 {
@@ -498,6 +539,7 @@ where
             store,
             id,
             max_parallelism,
+            group_of: self.group_of,
             operator: operator.to_string(),
             cache: FxHashMap::default(),
             cap: capacity(share.bytes(), FIRST_ENTRY_ESTIMATE + ENTRY_OVERHEAD),
@@ -595,7 +637,7 @@ where
                 let mut batch = Vec::with_capacity(writes.len());
                 for (k, v) in writes {
                     batch.push((
-                        store_key(s.max_parallelism, s.id, &k)?,
+                        store_key(s.group_of, s.max_parallelism, s.id, &k)?,
                         v.map(|v| codec::encode(&v)).transpose()?,
                     ));
                     s.cache.remove(&k);
@@ -765,7 +807,7 @@ where
                     let mut batch = Vec::new();
                     for (k, mut v) in entries {
                         let keep = f(&k, &mut v)?;
-                        let key = store_key(s.max_parallelism, s.id, &k)
+                        let key = store_key(s.group_of, s.max_parallelism, s.id, &k)
                             .map_err(|e| decode_error(&s.operator, &name, e))?;
                         let value = if keep {
                             Some(
@@ -834,7 +876,7 @@ where
                 let mut groups: Vec<(u64, Vec<u8>)> =
                     (0..max_parallelism).map(|_| (0, Vec::new())).collect();
                 for (k, v) in values.iter() {
-                    let (n, buf) = &mut groups[key_group(k, max_parallelism)];
+                    let (n, buf) = &mut groups[(self.group_of)(k, max_parallelism)];
                     codec::encode_into(&(k, v), buf)?;
                     *n += 1;
                 }
@@ -888,7 +930,7 @@ where
                     for (k, v) in pairs {
                         s.cache.remove(&k);
                         batch.push((
-                            store_key(s.max_parallelism, s.id, &k)?,
+                            store_key(s.group_of, s.max_parallelism, s.id, &k)?,
                             Some(codec::encode(&v)?),
                         ));
                     }
@@ -1226,6 +1268,41 @@ mod tests {
             0,
             "every key stayed cached"
         );
+    }
+
+    /// Values that grow after they were loaded (a map or list kept whole) take the cache past
+    /// its bytes while every access hits, so no load ever evicts: the next write-back (every
+    /// snapshot does one) measures them and drops entries down to the budget.
+    #[test]
+    fn values_that_grew_past_the_budget_are_dropped_at_the_next_write_back() {
+        fn cached(st: &Values<u32, Vec<u8>>) -> usize {
+            match &st.tier {
+                Tier::Store(t) => t.cache.len(),
+                Tier::Heap(_) => panic!("attached"),
+            }
+        }
+        let store = instrumented();
+        let mut st: Values<u32, Vec<u8>> = Values::new("s");
+        // 64 KiB: about 200 entries at the first estimate of an entry's size.
+        st.attach(store.clone(), 16, 64 << 10, "test").unwrap();
+        for k in 0..64 {
+            st.update(k, Vec::new());
+        }
+        for _ in 0..64 {
+            for k in 0..64 {
+                if let Some(v) = st.get_mut(&k) {
+                    v.extend_from_slice(&[7; 256]);
+                }
+            }
+        }
+        assert_eq!(cached(&st), 64, "every key hit: nothing evicted");
+        st.flush().unwrap();
+        // 64 values of 16 KiB in 64 KiB: the fewest a cache keeps (16), or half of them.
+        assert!(cached(&st) <= 16, "{} cached", cached(&st));
+        for k in 0..64 {
+            assert_eq!(st.get(&k).map(Vec::len), Some(64 * 256), "read back");
+        }
+        assert!(cached(&st) <= 16, "{} cached", cached(&st));
     }
 
     #[test]

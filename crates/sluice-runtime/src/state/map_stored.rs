@@ -3,8 +3,8 @@
 //! one entry whatever the size of its map, no map has to fit in memory, and a store's
 //! compactions expire entries one by one.
 //!
-//! An entry's key encodes the map's key, then the user key, and hashes the map's key alone, so
-//! the entry lives in its key's key group (a restore at another parallelism deals it with the
+//! An entry's key encodes the map's key, then the user key, and takes its key group from the
+//! map's key alone, so the entry lives in its key's key group (a restore at another parallelism deals it with the
 //! key) and a key's entries are one contiguous range, scanned in one pass:
 //!
 //! ```text
@@ -29,20 +29,20 @@ use crate::key_groups::key_group;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sluice_core::codec;
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::sync::Arc;
 
-/// The key of one entry: the map's key, then the user key; hashed by the map's key alone.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The key of one entry: the map's key, then the user key. Its key group is its key's
+/// ([`group_of_entry`]); its hash covers both, so that a cache spreads the entries of one key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub(crate) struct EntryKey<K, UK> {
     key: K,
     user_key: UK,
 }
 
-impl<K: Hash, UK> Hash for EntryKey<K, UK> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.key.hash(state);
-    }
+/// The key group of an entry: its key's.
+fn group_of_entry<K: Hash, UK>(entry: &EntryKey<K, UK>, max_parallelism: usize) -> usize {
+    key_group(&entry.key, max_parallelism)
 }
 
 /// A key's entries as a scan finds them: user key, time of last access (0 without a
@@ -71,7 +71,7 @@ pub(crate) struct StoredMap<K, UK, UV> {
 impl<K, UK, UV> StoredMap<K, UK, UV>
 where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-    UK: Ord + Clone + Serialize + DeserializeOwned,
+    UK: Ord + Clone + Hash + Serialize + DeserializeOwned,
     UV: Serialize + DeserializeOwned,
 {
     /// The entries of the map state `name`, in front of `store`, and what the state held so
@@ -88,7 +88,8 @@ where
         let entries = match &config {
             Some(c) => ValueState::with_ttl(&entries_name(&name), c.clone()),
             None => ValueState::new(&entries_name(&name)),
-        };
+        }
+        .grouped_by(group_of_entry);
         let mut map = StoredMap {
             name,
             config,
@@ -122,6 +123,19 @@ where
             key: key.clone(),
             user_key: user_key.clone(),
         }
+    }
+
+    /// Reads the entries not cached yet in one batch (see [`ValueState::prefetch`]).
+    pub(crate) fn prefetch<'a>(&mut self, entries: impl IntoIterator<Item = (&'a K, &'a UK)>)
+    where
+        K: 'a,
+        UK: 'a,
+    {
+        let keys: Vec<EntryKey<K, UK>> = entries
+            .into_iter()
+            .map(|(k, u)| Self::entry(k, u))
+            .collect();
+        self.entries.prefetch(&keys);
     }
 
     pub(crate) fn get(&mut self, key: &K, user_key: &UK) -> Option<&UV> {
@@ -337,7 +351,7 @@ pub(crate) enum Whole<K, UK, UV> {
 impl<K, UK, UV> Whole<K, UK, UV>
 where
     K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-    UK: Ord + Clone + Serialize + DeserializeOwned,
+    UK: Ord + Clone + Hash + Serialize + DeserializeOwned,
     UV: Serialize + DeserializeOwned,
 {
     /// An empty map state named `name`, on the heap.

@@ -138,6 +138,19 @@ where
         }
     }
 
+    /// Picks each key's key group with `group_of` instead of the key's hash (see
+    /// `Values::grouped_by`); set before the state holds anything.
+    pub(crate) fn grouped_by(mut self, group_of: super::keyed::GroupOf<K>) -> Self {
+        self.inner = match self.inner {
+            Inner::Plain(v) => Inner::Plain(v.grouped_by(group_of)),
+            Inner::Expiring(mut e) => {
+                e.values = e.values.grouped_by(group_of);
+                Inner::Expiring(e)
+            }
+        };
+        self
+    }
+
     /// With a time-to-live: makes the accesses until `pin_time(None)` use processing time
     /// `now` (ms) instead of reading the clock each. A keyed operator pins the time for a
     /// batch of records: the clock read is ordered, so the processor cannot overlap one
