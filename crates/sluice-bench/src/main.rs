@@ -94,6 +94,12 @@ enum Command {
     /// peak RSS against the budget on state 10x larger, the second checkpoint's bytes after 1 %
     /// of the keys changed and its duration at twice the state, and the restore time.
     LargeState(scenarios::large_state::Args),
+    /// A `MapState` in RocksDB, an entry per stored value, against a whole map per stored value
+    /// (how it was kept before): large maps behind a small budget, and small maps.
+    MapState(scenarios::map_state::Args),
+    /// Internal: one `map-state` run in a fresh process, printing its figures as one JSON line.
+    #[command(hide = true)]
+    MapStateProbe(scenarios::map_state::ProbeArgs),
     /// Internal: one `large-state` case in a fresh process, printing its figures as one JSON
     /// line.
     #[command(hide = true)]
@@ -143,5 +149,7 @@ fn main() -> anyhow::Result<()> {
         Command::PipelineMemoryProbe(args) => scenarios::pipeline::probe(&args),
         Command::LargeState(args) => scenarios::large_state::run(&args),
         Command::LargeStateProbe(args) => scenarios::large_state::probe(&args),
+        Command::MapState(args) => scenarios::map_state::run(&args),
+        Command::MapStateProbe(args) => scenarios::map_state::probe(&args),
     }
 }

@@ -75,7 +75,7 @@ fn malloc_arenas() -> String {
 }
 
 /// The allocators' settings of sluice's probes: the caller's, or the defaults above.
-fn allocator_env() -> Vec<(&'static str, String)> {
+pub(super) fn allocator_env() -> Vec<(&'static str, String)> {
     let mut env = vec![("MALLOC_ARENA_MAX", malloc_arenas())];
     for (name, default) in MIMALLOC {
         env.push((

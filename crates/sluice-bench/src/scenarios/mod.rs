@@ -11,6 +11,7 @@ pub mod iceberg;
 pub mod kafka;
 pub mod large_state;
 pub mod lookup;
+pub mod map_state;
 pub mod nexmark;
 pub mod pipeline;
 pub mod shuffle;
