@@ -41,6 +41,10 @@ pub struct Args {
     /// Run only these cases (repeatable; default all), e.g. to profile one.
     #[arg(long = "case", value_enum)]
     cases: Vec<Case>,
+    /// Keep the windows in RocksDB (a 64 MiB budget, under a temporary directory) instead of
+    /// on the heap.
+    #[arg(long)]
+    rocksdb: bool,
 }
 
 /// The cases that `--case` selects.
@@ -112,8 +116,14 @@ impl Sink<(u64, i64, u64)> for DigestSink {
 }
 
 /// The sluice job: windows of `size` sliding by `slide` (tumbling when equal).
-async fn job(records: u64, size: i64, slide: i64) -> anyhow::Result<u64> {
+async fn job(records: u64, size: i64, slide: i64, rocksdb: bool) -> anyhow::Result<u64> {
     let env = StreamEnvironment::new();
+    let dir = tempfile::tempdir()?;
+    if rocksdb {
+        env.set_state_backend(
+            sluice_rocksdb::RocksDbStateBackend::new(dir.path()).memory_budget(64 << 20),
+        );
+    }
     env.set_parallelism(1);
     let total = Arc::new(AtomicU64::new(0));
     let ms = |x: i64| Duration::from_millis(x as u64);
@@ -218,7 +228,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 timed(|| Ok(baseline(records, size, slide, batch)))
             })],
             Side::new("sluice", || {
-                timed(|| rt.block_on(job(records, size, slide)))
+                timed(|| rt.block_on(job(records, size, slide, args.rocksdb)))
             }),
         )?;
         let mut row = Row::throughput(
@@ -248,7 +258,8 @@ mod tests {
         let n = 300_007;
         for (size, slide) in [(MINUTE, MINUTE), (MINUTE, SLIDE)] {
             let want = baseline(n, size, slide, 1024);
-            assert_eq!(rt.block_on(job(n, size, slide)).unwrap(), want);
+            assert_eq!(rt.block_on(job(n, size, slide, false)).unwrap(), want);
+            assert_eq!(rt.block_on(job(n, size, slide, true)).unwrap(), want);
             assert_ne!(baseline(n - 1, size, slide, 1024), want);
         }
     }

@@ -43,7 +43,7 @@
 use super::assigner::{TimeWindow, WindowAssigner, session_lookups};
 use super::function::WindowContents;
 use super::panes::Panes;
-use super::stored::{InWindow, Stored, kept, scan_window, stored_windows};
+use super::stored::{InWindow, Stored, in_window_group, kept, scan_window, stored_windows};
 use crate::key_groups::key_group;
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::process::{OutputTag, StateKey, Tagged, TimedOperator};
@@ -187,7 +187,7 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
             spec,
             contents,
             key_fn,
-            windows: ValueState::new(CONTENTS_STATE),
+            windows: ValueState::new(CONTENTS_STATE).grouped_by(in_window_group),
             panes: Panes::default(),
             stored: None,
             groups: 0..0,
@@ -628,7 +628,8 @@ impl<In, K: StateKey, KF, C: WindowContents<K, In>> WindowOperator<In, K, KF, C>
         if self.spec.assigner.is_merging() {
             return Ok(());
         }
-        let mut stored: ValueState<InWindow<K>, Stored<C::Acc>> = ValueState::new(PANES_STATE);
+        let mut stored: ValueState<InWindow<K>, Stored<C::Acc>> =
+            ValueState::new(PANES_STATE).grouped_by(in_window_group);
         ctx.attach_keyed_state(&mut stored)?;
         let mut writes = Vec::new();
         for pane in self.panes.iter_mut() {

@@ -20,21 +20,22 @@ use super::assigner::TimeWindow;
 use crate::state::{StateError, StoreError, ValueState, prefix_end};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sluice_core::codec;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::ops::Range;
 
 /// A key's window, as a key of keyed state: its encoding is the window's then the key's, its
-/// hash the key's alone (so its key group is the key's).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// key group the key's ([`in_window_group`]); its hash covers both, so that a key's windows
+/// spread in a hash table.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub(crate) struct InWindow<K> {
     pub(crate) window: TimeWindow,
     pub(crate) key: K,
 }
 
-impl<K: Hash> Hash for InWindow<K> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.key.hash(state);
-    }
+/// The key group of a key's window: the key's. Every state keyed by [`InWindow`] is made
+/// `grouped_by` it.
+pub(crate) fn in_window_group<K: Hash>(w: &InWindow<K>, max_parallelism: usize) -> usize {
+    crate::key_groups::key_group(&w.key, max_parallelism)
 }
 
 /// One window's entry of the pane state: whether it fired, and its accumulator.

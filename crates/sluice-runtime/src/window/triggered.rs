@@ -39,7 +39,7 @@ use crate::timer::{InternalTimers, ProcessingClock, TimeDomain, Timer};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sluice_core::{AttemptNumber, CheckpointId, Data, NO_TIMESTAMP, UserError, Watermark};
 use std::fmt::Debug;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::marker::PhantomData;
 use std::task::Poll;
 
@@ -48,18 +48,19 @@ pub(super) const TRIGGER_STATE: &str = "_window/triggered/trigger-state";
 pub(super) const SESSIONS_STATE: &str = "_window/triggered/sessions";
 
 /// A key's window as a key of keyed state: encoded key first, then the window (so a
-/// checkpoint holds `(key, window, value)`s per key group), hashed by the key alone (so it is
-/// in its key's key group).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// checkpoint holds `(key, window, value)`s per key group), in its key's key group
+/// ([`key_window_group`]); its hash covers both, so that a key's windows spread in a hash
+/// table.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub(super) struct KeyWindow<K> {
     pub(super) key: K,
     pub(super) window: TimeWindow,
 }
 
-impl<K: Hash> Hash for KeyWindow<K> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.key.hash(state);
-    }
+/// The key group of a key's window: the key's. Every state keyed by [`KeyWindow`] is made
+/// `grouped_by` it.
+fn key_window_group<K: Hash>(w: &KeyWindow<K>, max_parallelism: usize) -> usize {
+    crate::key_groups::key_group(&w.key, max_parallelism)
 }
 
 impl<K: Clone> KeyWindow<K> {
@@ -235,8 +236,8 @@ impl<In: 'static, K: StateKey, KF, S: WindowStore<K, In>> TriggerWindowOperator<
             trigger,
             store,
             key_fn,
-            windows: ValueState::new(CONTENTS_STATE),
-            trigger_state: ValueState::new(TRIGGER_STATE),
+            windows: ValueState::new(CONTENTS_STATE).grouped_by(key_window_group),
+            trigger_state: ValueState::new(TRIGGER_STATE).grouped_by(key_window_group),
             sessions: ValueState::new(SESSIONS_STATE),
             timers: InternalTimers::new("window"),
             requests: Vec::new(),
