@@ -542,7 +542,7 @@ mod tests {
         timers.register_processing_time_timer(1, (), 99);
         let mut cx = Context::from_waker(std::task::Waker::noop());
         assert_eq!(timers.poll_processing(&mut cx), None);
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        tokio::time::advance(std::time::Duration::from_millis(1)).await;
         assert_eq!(timers.poll_processing(&mut cx), Some(99));
     }
 }
