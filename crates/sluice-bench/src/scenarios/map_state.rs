@@ -47,12 +47,16 @@ pub struct ProbeArgs {
     /// `entries` or `whole`.
     #[arg(long)]
     layout: String,
+    /// Keys, each with a map.
     #[arg(long)]
     keys: u64,
+    /// Entries per map, loaded once each.
     #[arg(long)]
     entries: u64,
+    /// Random updates after the load.
     #[arg(long)]
     updates: u64,
+    /// RocksDB's memory budget, MiB.
     #[arg(long)]
     budget_mib: usize,
     /// Where the state and checkpoints go.
@@ -199,6 +203,9 @@ impl Sink<(u64, u64, u64)> for DigestSink {
         Ok(())
     }
 }
+
+/// A reported figure: its name, unit, how a probe gives it, and whether more is better.
+type Metric = (&'static str, &'static str, fn(&Probe) -> f64, bool);
 
 /// What one probe reports, as one JSON line.
 #[derive(Debug, Serialize, Deserialize)]
@@ -360,34 +367,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         let med =
             |v: &[Probe], f: fn(&Probe) -> f64| median_f64(&v.iter().map(f).collect::<Vec<_>>());
-        let base = "whole map per value";
-        let (e, w) = (
-            med(&entries, |p| p.update_per_s),
-            med(&whole, |p| p.update_per_s),
-        );
-        report.add(
-            Row::new(SCENARIO, case, "updates", "records/s", e.round())
-                .against(base, w.round(), e / w)
-                .parallelism(1),
-        )?;
-        let (e, w) = (
-            med(&entries, |p| p.load_per_s),
-            med(&whole, |p| p.load_per_s),
-        );
-        report.add(
-            Row::new(SCENARIO, case, "load", "records/s", e.round())
-                .against(base, w.round(), e / w)
-                .parallelism(1),
-        )?;
-        let (e, w) = (
-            med(&entries, |p| p.peak_rss_mib),
-            med(&whole, |p| p.peak_rss_mib),
-        );
-        report.add(
-            Row::new(SCENARIO, case, "peak RSS", "MiB", e.round())
-                .against(base, w.round(), w / e)
-                .parallelism(1),
-        )?;
+        let metrics: [Metric; 3] = [
+            ("updates", "records/s", |p| p.update_per_s, true),
+            ("load", "records/s", |p| p.load_per_s, true),
+            ("peak RSS", "MiB", |p| p.peak_rss_mib, false),
+        ];
+        for (metric, unit, figure, more_is_better) in metrics {
+            let (e, w) = (med(&entries, figure), med(&whole, figure));
+            let ratio = if more_is_better { e / w } else { w / e };
+            report.add(
+                Row::new(SCENARIO, case, metric, unit, e.round())
+                    .against("whole map per value", w.round(), ratio)
+                    .parallelism(1),
+            )?;
+        }
     }
     report.finish()
 }

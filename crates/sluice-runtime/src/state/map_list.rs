@@ -214,17 +214,16 @@ where
         caches: impl Into<ValueCaches>,
         operator: &str,
     ) -> Result<(), StateError> {
-        let mut whole = match &self.inner {
-            MapInner::Stored(_) => return Ok(()),
-            MapInner::Plain(v) => Whole::new(v.name(), None),
-            MapInner::Expiring(t) => Whole::new(t.values.name(), Some(&t.config)),
+        // The heap maps (restored) go to `whole`, which moves them into the entries.
+        let placeholder = MapInner::Plain(ValueState::new(""));
+        let mut whole = match std::mem::replace(&mut self.inner, placeholder) {
+            MapInner::Plain(v) => Whole::Plain(v),
+            MapInner::Expiring(t) => Whole::Stamped(t.values),
+            stored @ MapInner::Stored(_) => {
+                self.inner = stored;
+                return Ok(());
+            }
         };
-        // The heap maps go to `whole`, which moves them into the entries.
-        match (&mut self.inner, &mut whole) {
-            (MapInner::Plain(v), Whole::Plain(w)) => std::mem::swap(v, w),
-            (MapInner::Expiring(t), Whole::Stamped(w)) => std::mem::swap(&mut t.values, w),
-            _ => {}
-        }
         let stored =
             StoredMap::attach(&mut whole, store, max_parallelism, caches.into(), operator)?;
         self.inner = MapInner::Stored(Box::new(stored));
